@@ -1,0 +1,202 @@
+/*
+ * agree.c -- the agreement step that ends every collective path.
+ *
+ * One MPI_Allreduce(MAX) over a few int64 words tells every rank, at once, whether any
+ * rank failed (and the lowest such rank), and whether all ranks are in the same call with
+ * the same argument signature (min == max, with the minimum carried as -value). Only when
+ * something is wrong does a second, rarer step move text: a broadcast of the winning
+ * rank's message, or an allgather of every rank's call description. Both are entered by
+ * every rank, because every rank learnt the same thing from the allreduce.
+ *
+ * Invariant: each rank calls mt__agree the same number of times, so c->seq is equal on
+ * every rank and the agreement itself can never be matched against a data collective.
+ */
+#include "collectives.h"
+#include "watchdog.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { W_KIND, W_NKIND, W_SIG, W_NSIG, W_FAIL, W_STOP, W_COUNT };
+
+const char *mt__call_name(int kind)
+{
+    switch (kind) {
+#define XX(name, text)                                                        \
+    case MT__CALL_##name:                                                     \
+        return text;
+        MT__CALL_MAP(XX)
+#undef XX
+    }
+    return "none";
+}
+
+uint64_t mt__sig_mix(uint64_t h, uint64_t v)
+{
+    /* FNV-1a over the 8 bytes of v. */
+    if (h == 0)
+        h = 1469598103934665603ULL;
+    for (int i = 0; i < 8; i++) {
+        h ^= (v >> (8 * i)) & 0xff;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+void mt__call_init(mt__call *call, int kind, uint64_t sig, const char *fmt, ...)
+{
+    call->kind = kind;
+    call->sig = mt__sig_mix(sig, (uint64_t)kind);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(call->desc, sizeof call->desc, fmt, ap);
+    va_end(ap);
+}
+
+typedef struct {
+    int code;
+    char msg[MT__MSG_LEN];
+} fail_note;
+
+/* Every rank: the lowest failing rank broadcasts its code and message. */
+static int share_failure(mt__comm *c, int root, int status, mt__winner *who)
+{
+    fail_note *note = calloc(1, sizeof *note);
+    if (!note) /* cannot allocate: still a uniform answer, without the text */
+    {
+        who->code = MT_ENOMEM;
+        snprintf(who->msg, sizeof who->msg, "rank %d failed", root);
+        return mt__error(c->rank == root ? status : MT_EPEER, "rank %d failed", root);
+    }
+    if (c->rank == root) {
+        note->code = status;
+        snprintf(note->msg, sizeof note->msg, "%s", mt_last_error());
+    }
+    int e = MPI_Bcast(note, (int)sizeof *note, MPI_BYTE, root, c->comm);
+    int rc;
+    who->code = note->code;
+    snprintf(who->msg, sizeof who->msg, "%s", note->msg);
+    if (e != MPI_SUCCESS)
+        rc = mt__mpi_error(e, "MPI_Bcast (failure note)");
+    else if (c->rank == root)
+        rc = status;
+    else if (status != MT_OK) {
+        char own[MT__MSG_LEN];
+        snprintf(own, sizeof own, "%s", mt_last_error());
+        rc = mt__error(MT_EPEER, "rank %d failed: %s (%s: this rank failed too: %s)", root,
+                       note->msg, mt_err_name(note->code), own);
+    } else
+        rc = mt__error(MT_EPEER, "rank %d failed: %s", root, note->msg);
+    free(note);
+    return rc;
+}
+
+typedef struct {
+    int kind;
+    int pad;
+    uint64_t sig;
+    char desc[MT__DESC_LEN];
+} call_note;
+
+/* Every rank: gather every rank's call and name the first two that differ. */
+static int share_mismatch(mt__comm *c, const mt__call *call, uint64_t seq)
+{
+    call_note mine = {.kind = call->kind, .sig = call->sig};
+    snprintf(mine.desc, sizeof mine.desc, "%s", call->desc);
+    call_note *all = calloc((size_t)c->size, sizeof *all);
+    if (!all)
+        return mt__error(MT_EMISMATCH, "ranks called different collectives at call #%llu "
+                                       "(this rank: %s)", (unsigned long long)seq, call->desc);
+    int e = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
+                          c->comm);
+    int rc;
+    if (e != MPI_SUCCESS)
+        rc = mt__mpi_error(e, "MPI_Allgather (call descriptions)");
+    else {
+        int other = 1;
+        while (other < c->size &&
+               all[other].kind == all[0].kind && all[other].sig == all[0].sig)
+            other++;
+        if (other == c->size)
+            other = c->size - 1; /* cannot happen: min != max was seen */
+        rc = mt__error(MT_EMISMATCH,
+                       "ranks called different collectives at call #%llu: rank 0 called %s, "
+                       "rank %d called %s",
+                       (unsigned long long)seq, all[0].desc, other, all[other].desc);
+    }
+    free(all);
+    return rc;
+}
+
+/* The failure word: MAX over ranks picks the lowest rank with an error of its own, else
+ * the lowest rank whose error only echoes another's (MT_EPEER, MT_EMISMATCH). */
+static int64_t fail_key(const mt__comm *c, int status)
+{
+    if (status == MT_OK)
+        return INT64_MIN;
+    bool echo = status == MT_EPEER || status == MT_EMISMATCH;
+    return -(int64_t)(echo ? c->size + c->rank : c->rank);
+}
+
+/* The allreduce; *same is true when every rank was in the same call. */
+static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who, bool *same)
+{
+    uint64_t seq = c->seq++;
+    int64_t s = (int64_t)(call->sig >> 1);
+    int64_t w[W_COUNT] = {
+        [W_KIND] = call->kind, [W_NKIND] = -call->kind,
+        [W_SIG] = s, [W_NSIG] = -s,
+        [W_FAIL] = fail_key(c, status),
+        [W_STOP] = 0,
+    };
+    mt__winner none;
+    if (!who)
+        who = &none;
+    who->rank = -1;
+    who->code = MT_OK;
+    who->msg[0] = '\0';
+    *same = false;
+    mt__watch_enter(call, seq);
+    int e = MPI_Allreduce(MPI_IN_PLACE, w, W_COUNT, MPI_INT64_T, MPI_MAX, c->comm);
+    mt__watch_leave();
+    if (e != MPI_SUCCESS)
+        return mt__mpi_error(e, "MPI_Allreduce (agreement)");
+    *same = w[W_KIND] == -w[W_NKIND];
+    if (w[W_FAIL] != INT64_MIN) {
+        int root = (int)(-w[W_FAIL] % c->size);
+        who->rank = root;
+        return share_failure(c, root, status, who);
+    }
+    if (!*same || w[W_SIG] != -w[W_NSIG]) {
+        *same = false;
+        who->code = MT_EMISMATCH;
+        int rc = share_mismatch(c, call, seq);
+        snprintf(who->msg, sizeof who->msg, "%s", mt_last_error());
+        return rc;
+    }
+    return MT_OK;
+}
+
+int mt__agree(mt__comm *c, const mt__call *call, int status, mt__winner *who)
+{
+    bool same;
+    return agree(c, call, status, who, &same);
+}
+
+int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who)
+{
+    mt__call call;
+    mt__call_init(&call, kind, 0, "%s", mt__call_name(kind));
+    char own[MT__MSG_LEN];
+    snprintf(own, sizeof own, "%s", mt_last_error());
+    for (;;) {
+        bool same;
+        /* each round must carry this rank's own message, not the last round's */
+        if (status != MT_OK)
+            mt__error_set_text(own);
+        int rc = agree(c, &call, status, who, &same);
+        if (same)
+            return rc;
+    }
+}

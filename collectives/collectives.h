@@ -1,0 +1,100 @@
+/*
+ * collectives.h -- the MPI layer's internal interface: the workers' communicator, the
+ * agreement step every collective ends in, and the typed collectives. This folder is the
+ * only place that calls MPI collectives directly.
+ */
+#ifndef MT_COLLECTIVES_H
+#define MT_COLLECTIVES_H
+
+#include "../common/common.h"
+
+/* Kinds of collective call, carried by the agreement so ranks in different calls notice. */
+#define MT__CALL_MAP(XX)                                                      \
+    XX(FIT_BEGIN, "fit-begin")                                                \
+    XX(FIT_END, "fit-end")                                                    \
+    XX(ALLREDUCE, "allreduce")                                                \
+    XX(BROADCAST, "broadcast")                                                \
+    XX(ALLGATHER, "allgather")                                                \
+    XX(BARRIER, "barrier")                                                    \
+    XX(INTERNAL, "internal")                                                  \
+    XX(TEST, "test")
+
+typedef enum {
+    MT__CALL_NONE = 0,
+#define XX(name, text) MT__CALL_##name,
+    MT__CALL_MAP(XX)
+#undef XX
+} mt__call_kind;
+
+const char *mt__call_name(int kind);
+
+#define MT__DESC_LEN 128
+
+/* One collective call as the agreement sees it: its kind, a signature of the arguments
+ * that must match across ranks, and a description for messages. */
+typedef struct {
+    int kind;
+    uint64_t sig;
+    char desc[MT__DESC_LEN];
+} mt__call;
+
+/* Fill call; desc is printf-formatted, e.g. "allreduce(count=4, f64, sum)". */
+void mt__call_init(mt__call *call, int kind, uint64_t sig, const char *fmt, ...)
+    MT__PRINTF(4, 5);
+/* Mix v into a signature. */
+uint64_t mt__sig_mix(uint64_t h, uint64_t v);
+
+typedef struct mt__comm {
+    MPI_Comm comm;   /* private duplicate, MPI_ERRORS_RETURN */
+    int rank, size;
+    uint64_t seq;    /* agreements passed so far, equal on every rank */
+} mt__comm;
+
+/* Collective over parent: duplicate it with MPI_ERRORS_RETURN. */
+int mt__comm_create(mt__comm **out, MPI_Comm parent);
+void mt__comm_destroy(mt__comm **c);
+
+/*
+ * The agreement step (collective over c). Every rank passes its local status (0 or a
+ * negative code with the message in mt_last_error) and its call. All ranks return:
+ *  - 0 when every rank was OK and in the same call with the same signature;
+ *  - when any rank failed: the lowest failing rank its own code, every other rank
+ *    MT_EPEER with "rank N failed: <its message>". A rank whose status is itself a
+ *    consequence of another's failure (MT_EPEER, MT_EMISMATCH) wins only when no rank
+ *    has an error of its own;
+ *  - otherwise, when calls differ: MT_EMISMATCH on every rank, naming both calls.
+ * who (may be NULL) receives the rank whose error won (-1 when none) and its code.
+ */
+typedef struct {
+    int rank;                 /* -1 when no rank failed */
+    int code;
+    char msg[MT__MSG_LEN];    /* the winner's message, the same on every rank */
+} mt__winner;
+int mt__agree(mt__comm *c, const mt__call *call, int status, mt__winner *who);
+
+/*
+ * The exit agreement a rank makes when it leaves a training function: it repeats the
+ * agreement until every rank has reached its exit too, answering the collectives that
+ * other ranks are still in with this rank's status (so they fail with MT_EPEER or
+ * MT_EMISMATCH instead of hanging). Returns the final agreed code; on error the winning
+ * rank in *who and its message in mt_last_error.
+ */
+int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who);
+
+
+/* Typed collectives (see mpitrain.h for the contracts). */
+int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op);
+int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root);
+int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dtype t);
+int mt__barrier(mt__comm *c);
+/* Test hook: split data collectives into chunks of n elements (0 = INT_MAX). */
+void mt__set_chunk_elems(size_t n);
+
+/* Where this rank sits (collective over c). */
+typedef struct {
+    int local_rank, local_size;  /* among the ranks of this node */
+    int node_rank, num_nodes;    /* nodes ordered by their lowest rank */
+} mt__topology;
+int mt__topology_get(mt__comm *c, mt__topology *out);
+
+#endif

@@ -1,0 +1,198 @@
+/*
+ * typed.c -- mt_allreduce / mt_broadcast / mt_allgather / mt_barrier on a mt__comm.
+ *
+ * Each call first passes the agreement with its kind and a signature of the arguments
+ * that must match (count, dtype, op, root), so ranks that disagree get MT_EMISMATCH
+ * before any data moves, and a rank whose arguments are bad makes every rank fail with
+ * MT_EPEER instead of leaving the others waiting. Only then does the data collective run,
+ * in chunks of at most INT_MAX elements (MPI counts are int).
+ */
+#include "collectives.h"
+
+#include <limits.h>
+#include <stdlib.h>
+
+static size_t chunk_elems = INT_MAX;
+
+void mt__set_chunk_elems(size_t n)
+{
+    chunk_elems = n > 0 && n <= INT_MAX ? n : INT_MAX;
+}
+
+size_t mt_dtype_size(mt_dtype t)
+{
+    switch (t) {
+    case MT_U8: return 1;
+    case MT_I32: return 4;
+    case MT_I64: return 8;
+    case MT_F32: return 4;
+    case MT_F64: return 8;
+    }
+    return 0;
+}
+
+static MPI_Datatype mpi_type(mt_dtype t)
+{
+    switch (t) {
+    case MT_U8: return MPI_UINT8_T;
+    case MT_I32: return MPI_INT32_T;
+    case MT_I64: return MPI_INT64_T;
+    case MT_F32: return MPI_FLOAT;
+    case MT_F64: return MPI_DOUBLE;
+    }
+    return MPI_DATATYPE_NULL;
+}
+
+static const char *dtype_name(mt_dtype t)
+{
+    switch (t) {
+    case MT_U8: return "u8";
+    case MT_I32: return "i32";
+    case MT_I64: return "i64";
+    case MT_F32: return "f32";
+    case MT_F64: return "f64";
+    }
+    return "bad-dtype";
+}
+
+static const char *op_name(mt_op op)
+{
+    switch (op) {
+    case MT_SUM: return "sum";
+    case MT_MEAN: return "mean";
+    case MT_MIN: return "min";
+    case MT_MAX: return "max";
+    }
+    return "bad-op";
+}
+
+static MPI_Op mpi_op(mt_op op)
+{
+    switch (op) {
+    case MT_SUM: case MT_MEAN: return MPI_SUM;
+    case MT_MIN: return MPI_MIN;
+    case MT_MAX: return MPI_MAX;
+    }
+    return MPI_OP_NULL;
+}
+
+/* Local argument checks shared by the typed calls. */
+static int check_args(const char *fn, const void *buf, size_t count, mt_dtype t)
+{
+    if (mt_dtype_size(t) == 0)
+        return mt__error(MT_EINVAL, "%s: unknown dtype %d", fn, (int)t);
+    if (count > 0 && !buf)
+        return mt__error(MT_EINVAL, "%s: NULL buffer with count %zu", fn, count);
+    return MT_OK;
+}
+
+static void divide(void *buf, size_t n, mt_dtype t, int size)
+{
+    switch (t) {
+    case MT_U8: { uint8_t *p = buf; for (size_t i = 0; i < n; i++) p[i] /= (uint8_t)size; break; }
+    case MT_I32: { int32_t *p = buf; for (size_t i = 0; i < n; i++) p[i] /= size; break; }
+    case MT_I64: { int64_t *p = buf; for (size_t i = 0; i < n; i++) p[i] /= size; break; }
+    case MT_F32: { float *p = buf; float d = (float)size; for (size_t i = 0; i < n; i++) p[i] /= d; break; }
+    case MT_F64: { double *p = buf; double d = size; for (size_t i = 0; i < n; i++) p[i] /= d; break; }
+    }
+}
+
+int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op)
+{
+    int rc = check_args("mt_allreduce", buf, count, t);
+    if (!rc && mpi_op(op) == MPI_OP_NULL)
+        rc = mt__error(MT_EINVAL, "mt_allreduce: unknown op %d", (int)op);
+    mt__call call;
+    uint64_t sig = mt__sig_mix(mt__sig_mix(mt__sig_mix(0, count), (uint64_t)t), (uint64_t)op);
+    mt__call_init(&call, MT__CALL_ALLREDUCE, sig, "allreduce(count=%zu, %s, %s)", count,
+                  dtype_name(t), op_name(op));
+    rc = mt__agree(c, &call, rc, NULL);
+    if (rc)
+        return rc;
+    size_t es = mt_dtype_size(t);
+    for (size_t off = 0; off < count; off += chunk_elems) {
+        size_t n = count - off < chunk_elems ? count - off : chunk_elems;
+        MT__MPI(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)n, mpi_type(t),
+                              mpi_op(op), c->comm), out);
+    }
+    if (op == MT_MEAN)
+        divide(buf, count, t, c->size);
+out:
+    return rc;
+}
+
+int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root)
+{
+    int rc = check_args("mt_broadcast", buf, count, t);
+    if (!rc && (root < 0 || root >= c->size))
+        rc = mt__error(MT_EINVAL, "mt_broadcast: root %d is not a rank of this %d-rank job",
+                       root, c->size);
+    mt__call call;
+    uint64_t sig = mt__sig_mix(mt__sig_mix(mt__sig_mix(0, count), (uint64_t)t), (uint64_t)root);
+    mt__call_init(&call, MT__CALL_BROADCAST, sig, "broadcast(count=%zu, %s, root=%d)", count,
+                  dtype_name(t), root);
+    rc = mt__agree(c, &call, rc, NULL);
+    if (rc)
+        return rc;
+    size_t es = mt_dtype_size(t);
+    for (size_t off = 0; off < count; off += chunk_elems) {
+        size_t n = count - off < chunk_elems ? count - off : chunk_elems;
+        MT__MPI(MPI_Bcast((char *)buf + off * es, (int)n, mpi_type(t), root, c->comm), out);
+    }
+out:
+    return rc;
+}
+
+/* One chunk [off, off+n) of every rank's block: received with a type whose extent is a
+ * whole block, so chunks land in place whatever the total size. */
+static int allgather_chunk(mt__comm *c, const char *send, char *recv, size_t count,
+                           size_t off, size_t n, mt_dtype t)
+{
+    int rc = MT_OK;
+    size_t es = mt_dtype_size(t);
+    MPI_Datatype block = MPI_DATATYPE_NULL, spread = MPI_DATATYPE_NULL;
+    MT__MPI(MPI_Type_contiguous((int)n, mpi_type(t), &block), out);
+    MT__MPI(MPI_Type_create_resized(block, 0, (MPI_Aint)(count * es), &spread), out);
+    MT__MPI(MPI_Type_commit(&spread), out);
+    MT__MPI(MPI_Allgather(send + off * es, (int)n, mpi_type(t), recv + off * es, 1, spread,
+                          c->comm), out);
+out:
+    if (spread != MPI_DATATYPE_NULL)
+        MPI_Type_free(&spread);
+    if (block != MPI_DATATYPE_NULL)
+        MPI_Type_free(&block);
+    return rc;
+}
+
+int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dtype t)
+{
+    int rc = check_args("mt_allgather", send, count, t);
+    if (!rc && count > 0 && !recv)
+        rc = mt__error(MT_EINVAL, "mt_allgather: NULL receive buffer with count %zu", count);
+    mt__call call;
+    uint64_t sig = mt__sig_mix(mt__sig_mix(0, count), (uint64_t)t);
+    mt__call_init(&call, MT__CALL_ALLGATHER, sig, "allgather(count=%zu, %s)", count,
+                  dtype_name(t));
+    rc = mt__agree(c, &call, rc, NULL);
+    if (rc || count == 0)
+        return rc;
+    if (count * (size_t)c->size <= chunk_elems) {
+        MT__MPI(MPI_Allgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t),
+                              c->comm), out);
+        return MT_OK;
+    }
+    for (size_t off = 0; off < count && !rc; off += chunk_elems) {
+        size_t n = count - off < chunk_elems ? count - off : chunk_elems;
+        rc = allgather_chunk(c, send, recv, count, off, n, t);
+    }
+out:
+    return rc;
+}
+
+int mt__barrier(mt__comm *c)
+{
+    mt__call call;
+    mt__call_init(&call, MT__CALL_BARRIER, 0, "barrier");
+    /* the agreement is itself a full synchronisation */
+    return mt__agree(c, &call, MT_OK, NULL);
+}

@@ -1,0 +1,246 @@
+/*
+ * mpitrain.h -- data-parallel training on MPI ranks.
+ *
+ * The one public header. Every exported name starts with mt_ or MT_.
+ *
+ * A minimal job
+ * -------------
+ *
+ *   #include <mpitrain.h>
+ *
+ *   static int train(mt_context *ctx, void *arg) {
+ *       double loss = 1.0 / (1 + mt_world_rank(ctx));
+ *       int rc = mt_allreduce(ctx, &loss, 1, MT_F64, MT_MEAN);   // collective
+ *       if (rc) return rc;
+ *       return MT_OK;
+ *   }
+ *
+ *   int main(int argc, char **argv) {
+ *       mt_init(&argc, &argv);
+ *       mt_trainer_config cfg = { .run.name = "demo" };
+ *       mt_config_from_args(&cfg, &argc, &argv);   // --name, --num-workers, ...
+ *       mt_trainer *t; mt_result *res;
+ *       int rc = mt_trainer_create(&t, train, NULL, &cfg);
+ *       if (!rc) rc = mt_trainer_fit(t, &res);
+ *       ...
+ *       mt_result_free(&res); mt_trainer_destroy(&t);
+ *       mt_finalize();
+ *       return rc ? 1 : 0;
+ *   }
+ *
+ * Run it with `mpirun -np 4 ./demo`.
+ *
+ * Conventions
+ * -----------
+ * - Functions return 0 (MT_OK) or a negative MT_E* code; mt_last_error() holds this
+ *   thread's detailed message ("rank 1 failed: ...", "run.checkpoint.num_to_keep must
+ *   be >= 0 (got -2)").
+ * - Collective: every rank of the job must call it, in the same order, with matching
+ *   arguments. Every rank returns the same code: the rank that failed its own error, the
+ *   others MT_EPEER; ranks that called different collectives all get MT_EMISMATCH.
+ *   Local: touches only the calling rank.
+ * - Ownership: _new/_create give the caller an owned object; _free/_destroy(T **) take it
+ *   back (NULL-safe) and set the pointer to NULL; getters return borrowed pointers valid
+ *   until their owner is destroyed.
+ * - Config structs: zero-initialised means "default" in every field.
+ */
+#ifndef MPITRAIN_H
+#define MPITRAIN_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MT_EXTERN __attribute__((visibility("default")))
+#else
+#define MT_EXTERN
+#endif
+
+/* ---------------------------------------------------------------- errors */
+
+/* XX(name, code, text): the one table of error codes. */
+#define MT_ERRNO_MAP(XX)                                                      \
+    XX(EINVAL, -1, "invalid argument")                                        \
+    XX(ENOMEM, -2, "out of memory")                                           \
+    XX(EIO, -3, "input/output error")                                         \
+    XX(ENOTFOUND, -4, "not found")                                            \
+    XX(EFORMAT, -5, "bad file format")                                        \
+    XX(EMPI, -6, "MPI error")                                                 \
+    XX(EPEER, -7, "another rank failed")                                      \
+    XX(EMISMATCH, -8, "ranks called different collectives")                   \
+    XX(ESTOP, -9, "the run must stop (preemption or stop request)")
+
+typedef enum {
+    MT_OK = 0,
+#define MT__XX(name, code, text) MT_##name = code,
+    MT_ERRNO_MAP(MT__XX)
+#undef MT__XX
+} mt_errno;
+
+/* Local. Text of a code ("invalid argument"); never NULL. */
+MT_EXTERN const char *mt_strerror(int code);
+/* Local. Name of a code ("MT_EINVAL"); never NULL. */
+MT_EXTERN const char *mt_err_name(int code);
+/* Local. This thread's last detailed message; "" when none. */
+MT_EXTERN const char *mt_last_error(void);
+
+/* ---------------------------------------------------------------- configs */
+
+typedef enum { MT_ORDER_MAX = 0, MT_ORDER_MIN } mt_order;
+
+/* num_workers: 0 = the job's world size (under mpirun); N > 1 without a launcher starts
+ *   N-1 more processes (spawn mode).
+ * cpus_per_worker: 0 = no requirement; N = every rank's affinity mask must hold >= N CPUs. */
+typedef struct {
+    int num_workers;
+    int cpus_per_worker;
+} mt_scaling_config;
+
+/* num_to_keep: 0 = keep all.  score_attribute: NULL = keep the newest.
+ * score_order: MT_ORDER_MAX (default) or MT_ORDER_MIN.
+ * frequency: 0 = only when the training function asks; N = every N reports.
+ * at_end: false (default) = no extra checkpoint at the end. */
+typedef struct {
+    int num_to_keep;
+    const char *score_attribute;
+    mt_order score_order;
+    int frequency;
+    bool at_end;
+} mt_checkpoint_config;
+
+/* max_failures: 0 (default) = no retry; -1 = unlimited.
+ * stall_warn_s: 0 = 60 s.  stall_timeout_s: 0 = 600 s (must be >= stall_warn_s). */
+typedef struct {
+    int max_failures;
+    double stall_warn_s;
+    double stall_timeout_s;
+} mt_failure_config;
+
+/* datasets_to_split: NULL-terminated names; NULL = all.  memory_limit: 0 = 1 GiB per rank. */
+typedef struct {
+    const char *const *datasets_to_split;
+    size_t memory_limit;
+} mt_data_config;
+
+#define MT_VERBOSE_SILENT (-1)
+/* name: NULL = "mt_YYYY-MM-DD_HH-MM-SS" (rank 0's clock, agreed by every rank).
+ * storage_path: NULL = $HOME/mpitrain_results.
+ * verbose: 0 = default (1: a line per report); MT_VERBOSE_SILENT = quiet; 2 = per-rank
+ *   detail.  On the command line `--verbose 0` means quiet. */
+typedef struct {
+    const char *name;
+    const char *storage_path;
+    int verbose;
+    mt_checkpoint_config checkpoint;
+    mt_failure_config failure;
+} mt_run_config;
+
+typedef struct {
+    mt_scaling_config scaling;
+    mt_run_config run;
+    mt_data_config data;
+} mt_trainer_config;
+
+/* Local. Replace every zero ("default") field of cfg by its default value, except run.name
+ * (named by the trainer, agreed across ranks). Idempotent. */
+MT_EXTERN void mt_config_defaults(mt_trainer_config *cfg);
+
+/* Local. Check every field; MT_EINVAL with every problem in mt_last_error, one per line,
+ * each naming the field by its full path and the rule it breaks. */
+MT_EXTERN int mt_config_validate(const mt_trainer_config *cfg);
+
+/* Local. Apply the environment (MT_NAME, MT_STORAGE_PATH) then the command line to cfg, and
+ * remove the options it used from argv. Precedence: command line > environment > values
+ * already in cfg > defaults. Options (both "--opt VALUE" and "--opt=VALUE"):
+ *   --name, --storage-path, --num-workers, --cpus-per-worker, --max-failures,
+ *   --num-to-keep, --checkpoint-score-attribute, --checkpoint-score-order max|min,
+ *   --checkpoint-frequency, --checkpoint-at-end, --stall-warn, --stall-timeout,
+ *   --verbose, --help.
+ * --help is left in argv: the program prints its usage (with mt_config_usage) and exits. A malformed value is MT_EINVAL naming the option.
+ * String fields point into argv or the environment. */
+MT_EXTERN int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv);
+
+/* Local. Print the options mt_config_from_args takes, for a program's --help. */
+MT_EXTERN void mt_config_usage(FILE *out);
+
+/* ---------------------------------------------------------------- set-up */
+
+typedef struct mt_trainer mt_trainer;
+typedef struct mt_context mt_context;
+typedef struct mt_result mt_result;
+typedef int (*mt_train_fn)(mt_context *ctx, void *arg);
+
+/* Collective over MPI_COMM_WORLD. Calls MPI_Init_thread unless MPI is already initialised
+ * (then mt_finalize leaves MPI_Finalize to the program). */
+MT_EXTERN int mt_init(int *argc, char ***argv);
+/* Collective. Finalises MPI if mt_init initialised it. */
+MT_EXTERN int mt_finalize(void);
+
+/* Local. Copies cfg (and its strings). */
+MT_EXTERN int mt_trainer_create(mt_trainer **out, mt_train_fn fn, void *arg,
+                                const mt_trainer_config *cfg);
+/* Collective. Validates the config on every rank, runs fn on every rank with its context,
+ * and gives every rank the same result (owned by the caller). */
+MT_EXTERN int mt_trainer_fit(mt_trainer *t, mt_result **out);
+MT_EXTERN void mt_trainer_destroy(mt_trainer **t);
+
+/* ---------------------------------------------------------------- context */
+
+/* Local. The current worker's context inside a training function (per thread); NULL
+ * outside one. */
+MT_EXTERN mt_context *mt_get_context(void);
+MT_EXTERN int mt_world_size(const mt_context *c);
+MT_EXTERN int mt_world_rank(const mt_context *c);
+MT_EXTERN int mt_local_rank(const mt_context *c);
+MT_EXTERN int mt_local_world_size(const mt_context *c);
+MT_EXTERN int mt_node_rank(const mt_context *c);
+/* CPUs in this rank's affinity mask. */
+MT_EXTERN int mt_num_cpus(const mt_context *c);
+/* 0 for the first attempt, +1 per restart or resume. */
+MT_EXTERN int mt_attempt(const mt_context *c);
+MT_EXTERN const char *mt_experiment_name(const mt_context *c);
+/* <storage_path>/<name> */
+MT_EXTERN const char *mt_run_dir(const mt_context *c);
+/* A private duplicate of the workers' communicator, errors returned (MPI_ERRORS_RETURN). */
+MT_EXTERN MPI_Comm mt_comm(const mt_context *c);
+
+/* ---------------------------------------------------------------- collectives */
+
+typedef enum { MT_U8 = 1, MT_I32, MT_I64, MT_F32, MT_F64 } mt_dtype;
+typedef enum { MT_SUM = 0, MT_MEAN, MT_MIN, MT_MAX } mt_op;
+
+/* Local. Bytes per element of t; 0 for an unknown type. */
+MT_EXTERN size_t mt_dtype_size(mt_dtype t);
+
+/* Collective, in place. MT_MEAN divides by the world size (integers: truncated).
+ * count may be 0; counts above INT_MAX are split into chunks. */
+MT_EXTERN int mt_allreduce(mt_context *c, void *buf, size_t count, mt_dtype t, mt_op op);
+/* Collective. root's buf is copied to every rank's buf. */
+MT_EXTERN int mt_broadcast(mt_context *c, void *buf, size_t count, mt_dtype t, int root);
+/* Collective. recv holds world_size * count elements, in rank order. */
+MT_EXTERN int mt_allgather(mt_context *c, const void *send, void *recv, size_t count,
+                           mt_dtype t);
+/* Collective. */
+MT_EXTERN int mt_barrier(mt_context *c);
+
+/* ---------------------------------------------------------------- result */
+
+/* Local. NULL on success; otherwise "rank N: message". */
+MT_EXTERN const char *mt_result_error(const mt_result *r);
+/* Local. The run directory. */
+MT_EXTERN const char *mt_result_path(const mt_result *r);
+/* Local. Number of attempts fit made (1 when the first succeeded). */
+MT_EXTERN int mt_result_attempts(const mt_result *r);
+MT_EXTERN void mt_result_free(mt_result **r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MPITRAIN_H */

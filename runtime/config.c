@@ -1,0 +1,305 @@
+/*
+ * config.c -- defaults, validation and command-line parsing for mt_trainer_config.
+ *
+ * Zero means "default" in every field, so a config written with designated initialisers
+ * names only what it changes. Validation reports every bad field at once, each by its full
+ * path and rule, because a user fixing a job script wants the whole list in one run.
+ */
+#include "runtime.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_STALL_WARN_S 60.0
+#define DEFAULT_STALL_TIMEOUT_S 600.0
+#define DEFAULT_MEMORY_LIMIT ((size_t)1 << 30)
+
+const char *mt__default_storage_path(void)
+{
+    static _Thread_local char path[4096];
+    const char *home = getenv("HOME");
+    snprintf(path, sizeof path, "%s/mpitrain_results", home && *home ? home : ".");
+    return path;
+}
+
+void mt_config_defaults(mt_trainer_config *cfg)
+{
+    if (!cfg->run.storage_path)
+        cfg->run.storage_path = mt__default_storage_path();
+    if (cfg->run.verbose == 0)
+        cfg->run.verbose = 1;
+    if (cfg->run.failure.stall_warn_s == 0)
+        cfg->run.failure.stall_warn_s = DEFAULT_STALL_WARN_S;
+    if (cfg->run.failure.stall_timeout_s == 0)
+        cfg->run.failure.stall_timeout_s = DEFAULT_STALL_TIMEOUT_S;
+    if (cfg->data.memory_limit == 0)
+        cfg->data.memory_limit = DEFAULT_MEMORY_LIMIT;
+}
+
+/* Adds one problem to the list in mt_last_error. */
+static void problem(int *n, const char *fmt, ...) MT__PRINTF(2, 3);
+static void problem(int *n, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if ((*n)++ == 0)
+        mt__error_set_text(line);
+    else
+        mt__error_append("%s", line);
+}
+
+static void check_name(int *n, const char *name)
+{
+    if (!name)
+        return;
+    size_t len = strlen(name);
+    if (len == 0)
+        problem(n, "run.name must not be empty");
+    else if (len > MT__NAME_MAX)
+        problem(n, "run.name must be at most %d bytes (got %zu)", MT__NAME_MAX, len);
+    else if (strchr(name, '/'))
+        problem(n, "run.name must not contain '/' (got \"%s\")", name);
+    else if (!strcmp(name, ".") || !strcmp(name, ".."))
+        problem(n, "run.name must not be \"%s\"", name);
+}
+
+static void check_seconds(int *n, const char *field, double v)
+{
+    if (!isfinite(v) || v < 0)
+        problem(n, "%s must be a finite number of seconds >= 0 (got %g)", field, v);
+}
+
+int mt_config_validate(const mt_trainer_config *in)
+{
+    int n = 0;
+    if (!in)
+        return mt__error(MT_EINVAL, "config is NULL");
+    mt_trainer_config cfg = *in;
+    mt_config_defaults(&cfg);
+    if (cfg.scaling.num_workers < 0)
+        problem(&n, "scaling.num_workers must be >= 0 (got %d)", cfg.scaling.num_workers);
+    if (cfg.scaling.cpus_per_worker < 0)
+        problem(&n, "scaling.cpus_per_worker must be >= 0 (got %d)",
+                cfg.scaling.cpus_per_worker);
+    check_name(&n, cfg.run.name);
+    if (!*cfg.run.storage_path)
+        problem(&n, "run.storage_path must not be empty");
+    if (cfg.run.verbose < MT_VERBOSE_SILENT || cfg.run.verbose > 2)
+        problem(&n, "run.verbose must be -1 (silent), 0 (default), 1 or 2 (got %d)",
+                cfg.run.verbose);
+    const mt_checkpoint_config *ck = &cfg.run.checkpoint;
+    if (ck->num_to_keep < 0)
+        problem(&n, "run.checkpoint.num_to_keep must be >= 0 (got %d)", ck->num_to_keep);
+    if (ck->score_attribute && !*ck->score_attribute)
+        problem(&n, "run.checkpoint.score_attribute must not be empty (use NULL for none)");
+    if (ck->score_order != MT_ORDER_MAX && ck->score_order != MT_ORDER_MIN)
+        problem(&n, "run.checkpoint.score_order must be MT_ORDER_MAX or MT_ORDER_MIN (got %d)",
+                (int)ck->score_order);
+    if (ck->frequency < 0)
+        problem(&n, "run.checkpoint.frequency must be >= 0 (got %d)", ck->frequency);
+    const mt_failure_config *f = &cfg.run.failure;
+    if (f->max_failures < -1)
+        problem(&n, "run.failure.max_failures must be >= -1 (got %d)", f->max_failures);
+    check_seconds(&n, "run.failure.stall_warn_s", f->stall_warn_s);
+    check_seconds(&n, "run.failure.stall_timeout_s", f->stall_timeout_s);
+    if (isfinite(f->stall_warn_s) && isfinite(f->stall_timeout_s) &&
+        f->stall_timeout_s < f->stall_warn_s)
+        problem(&n, "run.failure.stall_timeout_s must be >= run.failure.stall_warn_s "
+                    "(got %g < %g)", f->stall_timeout_s, f->stall_warn_s);
+    if (cfg.data.datasets_to_split)
+        for (size_t i = 0; cfg.data.datasets_to_split[i]; i++)
+            if (!*cfg.data.datasets_to_split[i])
+                problem(&n, "data.datasets_to_split[%zu] must not be empty", i);
+    return n ? MT_EINVAL : MT_OK;
+}
+
+/* ------------------------------------------------------------ command line */
+
+typedef enum { OPT_STR, OPT_INT, OPT_SECONDS, OPT_ORDER, OPT_FLAG, OPT_VERBOSE, OPT_HELP } opt_kind;
+
+typedef struct {
+    const char *name;
+    opt_kind kind;
+    size_t offset;
+    const char *help;
+} opt_def;
+
+#define OFF(field) offsetof(mt_trainer_config, field)
+static const opt_def opts[] = {
+    {"name", OPT_STR, OFF(run.name), "experiment name (default: mt_<date>_<time>; env MT_NAME)"},
+    {"storage-path", OPT_STR, OFF(run.storage_path),
+     "folder of run directories (default: ~/mpitrain_results; env MT_STORAGE_PATH)"},
+    {"num-workers", OPT_INT, OFF(scaling.num_workers),
+     "workers (default: the job's ranks; without mpirun, N spawns N-1 more)"},
+    {"cpus-per-worker", OPT_INT, OFF(scaling.cpus_per_worker),
+     "CPUs each rank's affinity mask must hold (default: no check)"},
+    {"max-failures", OPT_INT, OFF(run.failure.max_failures),
+     "retries after a failure, -1 = unlimited (default: 0)"},
+    {"num-to-keep", OPT_INT, OFF(run.checkpoint.num_to_keep),
+     "checkpoints to keep, 0 = all (default: 0)"},
+    {"checkpoint-score-attribute", OPT_STR, OFF(run.checkpoint.score_attribute),
+     "metric that ranks checkpoints, e.g. val/acc (default: newest wins)"},
+    {"checkpoint-score-order", OPT_ORDER, OFF(run.checkpoint.score_order),
+     "max or min (default: max)"},
+    {"checkpoint-frequency", OPT_INT, OFF(run.checkpoint.frequency),
+     "checkpoint every N reports, 0 = when asked (default: 0)"},
+    {"checkpoint-at-end", OPT_FLAG, OFF(run.checkpoint.at_end),
+     "take a final checkpoint when training ends"},
+    {"stall-warn", OPT_SECONDS, OFF(run.failure.stall_warn_s),
+     "seconds in a collective before a stall warning (default: 60)"},
+    {"stall-timeout", OPT_SECONDS, OFF(run.failure.stall_timeout_s),
+     "seconds in a collective before the job aborts (default: 600)"},
+    {"verbose", OPT_VERBOSE, OFF(run.verbose), "0 silent, 1 a line per report, 2 per-rank detail (default: 1)"},
+    {"help", OPT_HELP, 0, "print this help"},
+};
+#undef OFF
+
+void mt_config_usage(FILE *out)
+{
+    fprintf(out, "mpitrain options (also --opt=VALUE):\n");
+    for (size_t i = 0; i < sizeof opts / sizeof *opts; i++) {
+        const opt_def *o = &opts[i];
+        const char *arg = o->kind == OPT_FLAG || o->kind == OPT_HELP ? ""
+                          : o->kind == OPT_STR                       ? " TEXT"
+                          : o->kind == OPT_ORDER                     ? " max|min"
+                          : o->kind == OPT_SECONDS                   ? " SECONDS"
+                                                                     : " N";
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s", o->name, arg);
+        fprintf(out, "  %-36s %s\n", left, o->help);
+    }
+}
+
+static int parse_int(const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < INT_MIN || v > INT_MAX)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Apply one option; problems go to the list. */
+static void apply(mt_trainer_config *cfg, const opt_def *o, const char *val, int *n)
+{
+    char *field = (char *)cfg + o->offset;
+    switch (o->kind) {
+    case OPT_STR:
+        *(const char **)field = val;
+        break;
+    case OPT_INT:
+        if (parse_int(val, (int *)field))
+            problem(n, "option --%s: '%s' is not an integer", o->name, val);
+        break;
+    case OPT_SECONDS:
+        if (parse_double(val, (double *)field))
+            problem(n, "option --%s: '%s' is not a number of seconds", o->name, val);
+        break;
+    case OPT_ORDER:
+        if (!strcmp(val, "max"))
+            *(mt_order *)field = MT_ORDER_MAX;
+        else if (!strcmp(val, "min"))
+            *(mt_order *)field = MT_ORDER_MIN;
+        else
+            problem(n, "option --%s: '%s' is not max or min", o->name, val);
+        break;
+    case OPT_VERBOSE: {
+        int v;
+        if (parse_int(val, &v) || v < 0 || v > 2)
+            problem(n, "option --%s: '%s' is not 0, 1 or 2", o->name, val);
+        else
+            *(int *)field = v == 0 ? MT_VERBOSE_SILENT : v;
+        break;
+    }
+    case OPT_FLAG:
+        *(bool *)field = true;
+        break;
+    case OPT_HELP:
+        break;
+    }
+}
+
+static const opt_def *find_opt(const char *arg, const char **inline_val)
+{
+    if (strncmp(arg, "--", 2) != 0)
+        return NULL;
+    arg += 2;
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
+        if (strlen(opts[i].name) == len && !strncmp(opts[i].name, arg, len)) {
+            *inline_val = eq ? eq + 1 : NULL;
+            return &opts[i];
+        }
+    return NULL;
+}
+
+int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv)
+{
+    if (!cfg || !argc || !argv || (*argc > 0 && !*argv))
+        return mt__error(MT_EINVAL, "mt_config_from_args: NULL argument");
+    const char *env;
+    if ((env = getenv("MT_NAME")) && *env)
+        cfg->run.name = env;
+    if ((env = getenv("MT_STORAGE_PATH")) && *env)
+        cfg->run.storage_path = env;
+    int n = 0, out = 1;
+    char **av = *argv;
+    int ac = *argc;
+    for (int i = 1; i < ac; i++) {
+        if (!strcmp(av[i], "--")) { /* the rest belongs to the program */
+            while (i < ac)
+                av[out++] = av[i++];
+            break;
+        }
+        const char *val = NULL;
+        const opt_def *o = find_opt(av[i], &val);
+        if (!o) {
+            av[out++] = av[i];
+            continue;
+        }
+        if (o->kind == OPT_HELP) {
+            av[out++] = av[i]; /* the program prints its usage, with mt_config_usage */
+            continue;
+        }
+        if (o->kind == OPT_FLAG) {
+            if (val)
+                problem(&n, "option --%s takes no value (got '%s')", o->name, val);
+            else
+                apply(cfg, o, "", &n);
+            continue;
+        }
+        if (!val) {
+            if (i + 1 >= ac) {
+                problem(&n, "option --%s needs a value", o->name);
+                continue;
+            }
+            val = av[++i];
+        }
+        apply(cfg, o, val, &n);
+    }
+    for (int i = out; i < ac; i++)
+        av[i] = NULL;
+    *argc = out;
+    return n ? MT_EINVAL : MT_OK;
+}

@@ -1,0 +1,143 @@
+/*
+ * context.c -- mt_init/mt_finalize and the worker's context: world and local ranks, node
+ * rank, the CPUs of its affinity mask, and the private communicator every mt_ collective
+ * uses. The current context is per thread, so mt_get_context() works from deep inside
+ * training code without passing it around.
+ */
+#include "runtime.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool we_initialised_mpi;
+static _Thread_local mt_context *current;
+
+int mt_init(int *argc, char ***argv)
+{
+    int rc = MT_OK, init = 0, provided = 0;
+    MT__MPI(MPI_Initialized(&init), out);
+    if (!init) {
+        MT__MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), out);
+        we_initialised_mpi = true;
+    }
+out:
+    return rc;
+}
+
+int mt_finalize(void)
+{
+    int rc = MT_OK, fin = 0;
+    if (!we_initialised_mpi)
+        return MT_OK;
+    MT__MPI(MPI_Finalized(&fin), out);
+    if (!fin)
+        MT__MPI(MPI_Finalize(), out);
+    we_initialised_mpi = false;
+out:
+    return rc;
+}
+
+int mt__affinity_cpus(char *list, size_t list_len)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (list && list_len)
+        list[0] = '\0';
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return 1;
+    size_t used = 0;
+    for (int i = 0; i < CPU_SETSIZE && list && used + 8 < list_len; i++)
+        if (CPU_ISSET(i, &set))
+            used += (size_t)snprintf(list + used, list_len - used, "%s%d", used ? "," : "", i);
+    int n = CPU_COUNT(&set);
+    return n > 0 ? n : 1;
+}
+
+int mt__context_create(mt_context **out, MPI_Comm world)
+{
+    int rc = MT_OK;
+    *out = NULL;
+    mt_context *c = calloc(1, sizeof *c);
+    MT__CHECK(c, MT_ENOMEM, fail, "out of memory allocating a context");
+    rc = mt__comm_create(&c->comm, world);
+    if (rc)
+        goto fail;
+    c->world_rank = c->comm->rank;
+    c->world_size = c->comm->size;
+    rc = mt__topology_get(c->comm, &c->topo);
+    if (rc)
+        goto fail;
+    c->num_cpus = mt__affinity_cpus(NULL, 0);
+    *out = c;
+    return MT_OK;
+fail:
+    mt__context_destroy(&c);
+    return rc;
+}
+
+void mt__context_destroy(mt_context **cp)
+{
+    if (!cp || !*cp)
+        return;
+    mt_context *c = *cp;
+    if (current == c)
+        current = NULL;
+    mt__comm_destroy(&c->comm);
+    free(c->name);
+    free(c->run_dir);
+    free(c);
+    *cp = NULL;
+}
+
+void mt__context_set_current(mt_context *c)
+{
+    current = c;
+}
+
+mt_context *mt_get_context(void)
+{
+    return current;
+}
+
+int mt_world_size(const mt_context *c) { return c ? c->world_size : 0; }
+int mt_world_rank(const mt_context *c) { return c ? c->world_rank : -1; }
+int mt_local_rank(const mt_context *c) { return c ? c->topo.local_rank : -1; }
+int mt_local_world_size(const mt_context *c) { return c ? c->topo.local_size : 0; }
+int mt_node_rank(const mt_context *c) { return c ? c->topo.node_rank : -1; }
+int mt_num_cpus(const mt_context *c) { return c ? c->num_cpus : 0; }
+int mt_attempt(const mt_context *c) { return c ? c->attempt : -1; }
+const char *mt_experiment_name(const mt_context *c) { return c ? c->name : NULL; }
+const char *mt_run_dir(const mt_context *c) { return c ? c->run_dir : NULL; }
+MPI_Comm mt_comm(const mt_context *c) { return c ? c->comm->comm : MPI_COMM_NULL; }
+
+/* ------------------------------------------------ collectives on a context */
+
+#define NEED_CTX(fn)                                                          \
+    if (!c)                                                                   \
+        return mt__error(MT_EINVAL, fn ": context is NULL");
+
+int mt_allreduce(mt_context *c, void *buf, size_t count, mt_dtype t, mt_op op)
+{
+    NEED_CTX("mt_allreduce");
+    return mt__allreduce(c->comm, buf, count, t, op);
+}
+
+int mt_broadcast(mt_context *c, void *buf, size_t count, mt_dtype t, int root)
+{
+    NEED_CTX("mt_broadcast");
+    return mt__broadcast(c->comm, buf, count, t, root);
+}
+
+int mt_allgather(mt_context *c, const void *send, void *recv, size_t count, mt_dtype t)
+{
+    NEED_CTX("mt_allgather");
+    return mt__allgather(c->comm, send, recv, count, t);
+}
+
+int mt_barrier(mt_context *c)
+{
+    NEED_CTX("mt_barrier");
+    return mt__barrier(c->comm);
+}

@@ -1,0 +1,34 @@
+/*
+ * runtime.h -- the runtime layer's internal interface: contexts, config resolution, the
+ * trainer. Sits on collectives/ and io/.
+ */
+#ifndef MT_RUNTIME_H
+#define MT_RUNTIME_H
+
+#include "../collectives/collectives.h"
+
+#define MT__NAME_MAX 200
+
+struct mt_context {
+    mt__comm *comm;
+    int world_size, world_rank;
+    mt__topology topo;
+    int num_cpus;
+    int attempt;
+    char *name;
+    char *run_dir;
+};
+
+/* Collective over world: a context with a private communicator and the topology. */
+int mt__context_create(mt_context **out, MPI_Comm world);
+void mt__context_destroy(mt_context **c);
+/* Make c the calling thread's current context (NULL to clear). */
+void mt__context_set_current(mt_context *c);
+
+/* CPUs in the calling thread's affinity mask (1 when it cannot be read). */
+int mt__affinity_cpus(char *list, size_t list_len);
+
+/* $HOME/mpitrain_results (or ./mpitrain_results without HOME). */
+const char *mt__default_storage_path(void);
+
+#endif

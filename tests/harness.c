@@ -1,0 +1,64 @@
+/*
+ * harness.c -- runs a suite's test table under CUnit, alone or on every MPI rank.
+ */
+#include "harness.h"
+
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, size = 1;
+
+int mt_test_rank(void) { return rank; }
+int mt_test_size(void) { return size; }
+
+static void print_failures(void)
+{
+    for (CU_pFailureRecord f = CU_get_failure_list(); f; f = f->pNext)
+        fprintf(stderr, "FAIL rank %d/%d: %s: %s:%u: %s\n", rank, size,
+                f->pTest ? f->pTest->pName : "?", f->strFileName ? f->strFileName : "?",
+                f->uiLineNumber, f->strCondition ? f->strCondition : "?");
+}
+
+int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests, bool mpi)
+{
+    if (mpi) {
+        if (mt_init(&argc, &argv) != MT_OK) {
+            fprintf(stderr, "%s: MPI initialisation failed: %s\n", suite, mt_last_error());
+            return 2;
+        }
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+    const char *only = argc > 1 ? argv[1] : NULL; /* run one test by name */
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    char name[128];
+    snprintf(name, sizeof name, mpi ? "%s (%d ranks)" : "%s", suite, size);
+    CU_pSuite s = CU_add_suite(name, NULL, NULL);
+    for (const mt_test *t = tests; t->name; t++)
+        if (!only || !strcmp(only, t->name))
+            CU_add_test(s, t->name, t->fn);
+    CU_basic_set_mode(rank == 0 ? CU_BRM_VERBOSE : CU_BRM_SILENT);
+    if (rank == 0)
+        fflush(stdout);
+    CU_basic_run_tests();
+    unsigned long failures = CU_get_number_of_failures();
+    unsigned long run = CU_get_number_of_tests_run();
+    print_failures();
+    fflush(stdout);
+    fflush(stderr);
+    if (mpi) {
+        unsigned long total = failures;
+        MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_UNSIGNED_LONG, MPI_SUM, MPI_COMM_WORLD);
+        if (rank == 0)
+            printf("\nMPI suite %s: %lu tests at %d ranks, %lu failed assertions on all ranks\n",
+                   suite, run, size, total);
+        failures = total;
+    }
+    CU_cleanup_registry();
+    if (mpi)
+        mt_finalize();
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,478 @@
+/*
+ * test_mpi_core.c -- under mpirun at 1 to 4 ranks: contexts, the agreement step, fit's
+ * set-up checks, failures and early returns inside training functions, and the typed
+ * collectives.
+ */
+#include "harness.h"
+
+#include "../runtime/runtime.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The rank that fails in "only one rank fails" tests: 1, or 0 when alone. */
+static int victim(void) { return mt_test_size() > 1 ? 1 : 0; }
+
+static mt_trainer_config base_config(void)
+{
+    mt_trainer_config cfg = {.run = {.storage_path = "/tmp/mpitrain-test-results",
+                                     .verbose = MT_VERBOSE_SILENT}};
+    return cfg;
+}
+
+/* Run fn under fit; returns fit's code and the result's error (copied) in err. */
+static int fit_with(mt_train_fn fn, void *arg, mt_trainer_config cfg, char *err, size_t len)
+{
+    mt_trainer *t = NULL;
+    mt_result *r = NULL;
+    int rc = mt_trainer_create(&t, fn, arg, &cfg);
+    CU_ASSERT_EQUAL_FATAL(rc, MT_OK);
+    rc = mt_trainer_fit(t, &r);
+    if (err)
+        snprintf(err, len, "%s", mt_result_error(r) ? mt_result_error(r) : "");
+    CU_ASSERT_PTR_NOT_NULL(r);
+    if (r && rc == MT_OK)
+        CU_ASSERT_PTR_NULL(mt_result_error(r));
+    mt_result_free(&r);
+    mt_trainer_destroy(&t);
+    return rc;
+}
+
+/* Every rank holds the same string. */
+static void assert_same_everywhere(const char *s)
+{
+    char mine[512] = {0}, root[512] = {0};
+    snprintf(mine, sizeof mine, "%s", s ? s : "");
+    memcpy(root, mine, sizeof root);
+    MPI_Bcast(root, sizeof root, MPI_CHAR, 0, MPI_COMM_WORLD);
+    MT_ASSERT_STR_EQ(mine, root);
+}
+
+/* ------------------------------------------------------------ context */
+
+typedef struct {
+    mt_context *seen;
+    bool current_ok;
+    char name[256];
+} ctx_probe;
+
+static int probe_context(mt_context *c, void *arg)
+{
+    ctx_probe *p = arg;
+    p->seen = c;
+    p->current_ok = mt_get_context() == c;
+    snprintf(p->name, sizeof p->name, "%s", mt_experiment_name(c));
+    int r, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    MT_ASSERT_INT_EQ(mt_world_rank(c), r);
+    MT_ASSERT_INT_EQ(mt_world_size(c), n);
+    /* all ranks of a test run share one machine */
+    MT_ASSERT_INT_EQ(mt_local_rank(c), r);
+    MT_ASSERT_INT_EQ(mt_local_world_size(c), n);
+    MT_ASSERT_INT_EQ(mt_node_rank(c), 0);
+    CU_ASSERT(mt_num_cpus(c) >= 1);
+    MT_ASSERT_INT_EQ(mt_attempt(c), 0);
+    int cmp;
+    MPI_Comm_compare(mt_comm(c), MPI_COMM_WORLD, &cmp);
+    MT_ASSERT_INT_EQ(cmp, MPI_CONGRUENT);
+    MPI_Errhandler eh;
+    MPI_Comm_get_errhandler(mt_comm(c), &eh);
+    CU_ASSERT(eh == MPI_ERRORS_RETURN);
+    MPI_Errhandler_free(&eh);
+    MT_ASSERT_STR_CONTAINS(mt_run_dir(c), "/tmp/mpitrain-test-results/");
+    MT_ASSERT_STR_CONTAINS(mt_run_dir(c), mt_experiment_name(c));
+    return MT_OK;
+}
+
+static void test_context_in_fit(void)
+{
+    ctx_probe p = {0};
+    CU_ASSERT_PTR_NULL(mt_get_context());
+    MT_ASSERT_INT_EQ(fit_with(probe_context, &p, base_config(), NULL, 0), MT_OK);
+    CU_ASSERT_PTR_NOT_NULL(p.seen);
+    CU_ASSERT_TRUE(p.current_ok);
+    CU_ASSERT_PTR_NULL(mt_get_context());
+    /* the default name is timestamped and the same on every rank */
+    MT_ASSERT_STR_CONTAINS(p.name, "mt_");
+    assert_same_everywhere(p.name);
+}
+
+static void test_name_is_rank0s(void)
+{
+    ctx_probe p = {0};
+    mt_trainer_config cfg = base_config();
+    char name[32];
+    snprintf(name, sizeof name, "name-of-rank-%d", mt_test_rank());
+    cfg.run.name = name;
+    mt_trainer *t = NULL;
+    mt_result *r = NULL;
+    MT_ASSERT_INT_EQ(mt_trainer_create(&t, probe_context, &p, &cfg), MT_OK);
+    strcpy(name, "changed"); /* the trainer holds its own copy */
+    MT_ASSERT_INT_EQ(mt_trainer_fit(t, &r), MT_OK);
+    MT_ASSERT_STR_EQ(p.name, "name-of-rank-0");
+    MT_ASSERT_STR_CONTAINS(mt_result_path(r), "/tmp/mpitrain-test-results/name-of-rank-0");
+    MT_ASSERT_INT_EQ(mt_result_attempts(r), 1);
+    mt_result_free(&r);
+    mt_trainer_destroy(&t);
+}
+
+/* ------------------------------------------------------------ fit set-up */
+
+static int must_not_run(mt_context *c, void *arg)
+{
+    CU_FAIL("the training function ran despite a set-up error");
+    return MT_OK;
+}
+
+static void test_bad_config_on_one_rank(void)
+{
+    mt_trainer_config cfg = base_config();
+    if (mt_test_rank() == victim())
+        cfg.run.checkpoint.num_to_keep = -2;
+    char err[2048];
+    int rc = fit_with(must_not_run, NULL, cfg, err, sizeof err);
+    MT_ASSERT_INT_EQ(rc, MT_EINVAL);
+    char want[128];
+    snprintf(want, sizeof want, "rank %d failed: run.checkpoint.num_to_keep must be >= 0 (got -2)",
+             victim());
+    MT_ASSERT_STR_CONTAINS(err, want);
+    assert_same_everywhere(err);
+}
+
+static void test_num_workers_mismatch(void)
+{
+    mt_trainer_config cfg = base_config();
+    cfg.scaling.num_workers = mt_test_size() + 1;
+    char err[2048], want[160];
+    MT_ASSERT_INT_EQ(fit_with(must_not_run, NULL, cfg, err, sizeof err), MT_EINVAL);
+    snprintf(want, sizeof want, "scaling.num_workers is %d but this job has %d ranks",
+             mt_test_size() + 1, mt_test_size());
+    MT_ASSERT_STR_CONTAINS(err, want);
+    cfg.scaling.num_workers = mt_test_size(); /* the right number is fine */
+    MT_ASSERT_INT_EQ(fit_with(probe_context, &(ctx_probe){0}, cfg, NULL, 0), MT_OK);
+}
+
+static void test_cpus_per_worker(void)
+{
+    mt_trainer_config cfg = base_config();
+    cfg.scaling.cpus_per_worker = 100000;
+    char err[2048];
+    MT_ASSERT_INT_EQ(fit_with(must_not_run, NULL, cfg, err, sizeof err), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(err, "scaling.cpus_per_worker is 100000 but rank 0 may use");
+    MT_ASSERT_STR_CONTAINS(err, "--map-by slot:PE=100000 --bind-to core");
+    cfg.scaling.cpus_per_worker = 1;
+    MT_ASSERT_INT_EQ(fit_with(probe_context, &(ctx_probe){0}, cfg, NULL, 0), MT_OK);
+}
+
+/* ------------------------------------------------------------ agreement */
+
+static mt__comm *test_comm(void)
+{
+    mt__comm *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(mt__comm_create(&c, MPI_COMM_WORLD), MT_OK);
+    return c;
+}
+
+static void test_agree_all_ok(void)
+{
+    mt__comm *c = test_comm();
+    mt__call call;
+    mt__call_init(&call, MT__CALL_TEST, 7, "test(7)");
+    mt__winner who;
+    MT_ASSERT_INT_EQ(mt__agree(c, &call, MT_OK, &who), MT_OK);
+    MT_ASSERT_INT_EQ(who.rank, -1);
+    MT_ASSERT_INT_EQ(c->seq, 1);
+    mt__comm_destroy(&c);
+}
+
+static void test_agree_only_rank1_fails(void)
+{
+    mt__comm *c = test_comm();
+    mt__call call;
+    mt__call_init(&call, MT__CALL_TEST, 0, "test");
+    int status = MT_OK;
+    if (c->rank == victim())
+        status = mt__error(MT_EIO, "cannot read /data/x.h5 on rank %d", c->rank);
+    mt__winner who;
+    int rc = mt__agree(c, &call, status, &who);
+    MT_ASSERT_INT_EQ(who.rank, victim());
+    MT_ASSERT_INT_EQ(who.code, MT_EIO);
+    char want[128];
+    if (c->rank == victim()) {
+        MT_ASSERT_INT_EQ(rc, MT_EIO);
+        snprintf(want, sizeof want, "cannot read /data/x.h5 on rank %d", victim());
+    } else {
+        MT_ASSERT_INT_EQ(rc, MT_EPEER);
+        snprintf(want, sizeof want, "rank %d failed: cannot read /data/x.h5 on rank %d",
+                 victim(), victim());
+    }
+    MT_ASSERT_STR_EQ(mt_last_error(), want);
+    /* the next agreement is clean */
+    MT_ASSERT_INT_EQ(mt__agree(c, &call, MT_OK, NULL), MT_OK);
+    mt__comm_destroy(&c);
+}
+
+static void test_agree_all_fail_lowest_wins(void)
+{
+    mt__comm *c = test_comm();
+    mt__call call;
+    mt__call_init(&call, MT__CALL_TEST, 0, "test");
+    int codes[] = {MT_EFORMAT, MT_EIO, MT_ENOTFOUND, MT_ENOMEM};
+    int status = mt__error(codes[c->rank % 4], "problem %d", c->rank);
+    mt__winner who;
+    int rc = mt__agree(c, &call, status, &who);
+    MT_ASSERT_INT_EQ(who.rank, 0);
+    MT_ASSERT_INT_EQ(who.code, MT_EFORMAT);
+    if (c->rank == 0) {
+        MT_ASSERT_INT_EQ(rc, MT_EFORMAT);
+        MT_ASSERT_STR_EQ(mt_last_error(), "problem 0");
+    } else {
+        char own[64];
+        snprintf(own, sizeof own, "this rank failed too: problem %d", c->rank);
+        MT_ASSERT_INT_EQ(rc, MT_EPEER);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 0 failed: problem 0");
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), own);
+    }
+    mt__comm_destroy(&c);
+}
+
+static void test_agree_different_collectives(void)
+{
+    if (mt_test_size() < 2)
+        return; /* needs two ranks to disagree */
+    mt__comm *c = test_comm();
+    double buf[4] = {1, 2, 3, 4};
+    int rc = c->rank == 1 ? mt__allreduce(c, buf, 4, MT_F64, MT_SUM)
+                          : mt__broadcast(c, buf, 4, MT_F64, 0);
+    MT_ASSERT_INT_EQ(rc, MT_EMISMATCH);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 0 called broadcast(count=4, f64, root=0)");
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 1 called allreduce(count=4, f64, sum)");
+    assert_same_everywhere(mt_last_error());
+    /* the data was not touched */
+    CU_ASSERT_DOUBLE_EQUAL(buf[3], 4.0, 0);
+    /* same call, different count on the last rank */
+    size_t count = c->rank == c->size - 1 ? 3 : 4;
+    MT_ASSERT_INT_EQ(mt__allreduce(c, buf, count, MT_F64, MT_SUM), MT_EMISMATCH);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "allreduce(count=3, f64, sum)");
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "allreduce(count=4, f64, sum)");
+    /* different op, different root */
+    MT_ASSERT_INT_EQ(mt__allreduce(c, buf, 4, MT_F64, c->rank ? MT_MAX : MT_MIN), MT_EMISMATCH);
+    MT_ASSERT_INT_EQ(mt__broadcast(c, buf, 4, MT_F64, c->rank ? 1 : 0), MT_EMISMATCH);
+    MT_ASSERT_INT_EQ(mt__allreduce(c, buf, 4, c->rank ? MT_F32 : MT_F64, MT_SUM), MT_EMISMATCH);
+    /* and afterwards collectives work again */
+    MT_ASSERT_INT_EQ(mt__allreduce(c, buf, 4, MT_F64, MT_SUM), MT_OK);
+    mt__comm_destroy(&c);
+}
+
+/* ------------------------------------------------------------ failures inside fit */
+
+static int fail_on_victim(mt_context *c, void *arg)
+{
+    if (mt_world_rank(c) == victim())
+        return mt__error(MT_EIO, "batch 7 unreadable");
+    double x = 1;
+    int rc = MT_OK;
+    for (int i = 0; i < 3 && rc == MT_OK; i++)
+        rc = mt_allreduce(c, &x, 1, MT_F64, MT_SUM);
+    MT_ASSERT_INT_EQ(rc, MT_EPEER);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 1 failed: batch 7 unreadable");
+    return rc;
+}
+
+static void test_fit_one_rank_returns_error(void)
+{
+    char err[2048];
+    MT_ASSERT_INT_EQ(fit_with(fail_on_victim, NULL, base_config(), err, sizeof err), MT_EIO);
+    char want[80];
+    snprintf(want, sizeof want, "rank %d failed: batch 7 unreadable", victim());
+    MT_ASSERT_STR_CONTAINS(err, want);
+    assert_same_everywhere(err);
+}
+
+static int leave_early_on_victim(mt_context *c, void *arg)
+{
+    if (mt_world_rank(c) == victim())
+        return MT_OK;
+    double x = 1;
+    int rc = mt_allreduce(c, &x, 1, MT_F64, MT_SUM);
+    MT_ASSERT_INT_EQ(rc, MT_EMISMATCH);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "called fit-end");
+    return rc;
+}
+
+static void test_fit_one_rank_leaves_early(void)
+{
+    if (mt_test_size() < 2)
+        return;
+    char err[2048];
+    MT_ASSERT_INT_EQ(fit_with(leave_early_on_victim, NULL, base_config(), err, sizeof err),
+                     MT_EMISMATCH);
+    MT_ASSERT_STR_CONTAINS(err, "called fit-end");
+    assert_same_everywhere(err);
+}
+
+static int positive_return(mt_context *c, void *arg) { return 3; }
+
+static void test_fit_positive_return(void)
+{
+    char err[2048];
+    MT_ASSERT_INT_EQ(fit_with(positive_return, NULL, base_config(), err, sizeof err), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(err, "rank 0 failed: the training function returned 3");
+}
+
+/* ------------------------------------------------------------ typed collectives */
+
+static double value(int rank, size_t i) { return (double)((rank + 1) * 3 + (int)(i % 7)); }
+
+static void fill(void *buf, mt_dtype t, size_t n, int rank)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = value(rank, i);
+        switch (t) {
+        case MT_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+        case MT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+        case MT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+        case MT_F32: ((float *)buf)[i] = (float)v; break;
+        case MT_F64: ((double *)buf)[i] = v; break;
+        }
+    }
+}
+
+static double get(const void *buf, mt_dtype t, size_t i)
+{
+    switch (t) {
+    case MT_U8: return ((const uint8_t *)buf)[i];
+    case MT_I32: return ((const int32_t *)buf)[i];
+    case MT_I64: return (double)((const int64_t *)buf)[i];
+    case MT_F32: return ((const float *)buf)[i];
+    case MT_F64: return ((const double *)buf)[i];
+    }
+    return NAN;
+}
+
+static double reference(mt_op op, mt_dtype t, int size, size_t i)
+{
+    double acc = value(0, i);
+    for (int r = 1; r < size; r++) {
+        double v = value(r, i);
+        acc = op == MT_MIN ? fmin(acc, v) : op == MT_MAX ? fmax(acc, v) : acc + v;
+    }
+    if (op == MT_MEAN)
+        acc = (t == MT_F32 || t == MT_F64) ? acc / size : floor(acc / size);
+    return acc;
+}
+
+static void check_allreduce(mt__comm *c, size_t n)
+{
+    mt_dtype types[] = {MT_U8, MT_I32, MT_I64, MT_F32, MT_F64};
+    mt_op ops[] = {MT_SUM, MT_MEAN, MT_MIN, MT_MAX};
+    double *buf = malloc(n * 8 + 8);
+    for (size_t ti = 0; ti < 5; ti++)
+        for (size_t oi = 0; oi < 4; oi++) {
+            fill(buf, types[ti], n, c->rank);
+            MT_ASSERT_INT_EQ(mt__allreduce(c, buf, n, types[ti], ops[oi]), MT_OK);
+            int bad = 0;
+            for (size_t i = 0; i < n; i++)
+                bad += fabs(get(buf, types[ti], i) - reference(ops[oi], types[ti], c->size, i)) > 1e-4;
+            if (bad)
+                fprintf(stderr, "allreduce dtype %d op %d n %zu: %d wrong\n", types[ti], ops[oi], n, bad);
+            MT_ASSERT_INT_EQ(bad, 0);
+        }
+    free(buf);
+}
+
+static void test_allreduce_every_dtype_and_op(void)
+{
+    mt__comm *c = test_comm();
+    check_allreduce(c, 0);
+    check_allreduce(c, 1);
+    check_allreduce(c, 1000);
+    mt__set_chunk_elems(3); /* exercise the INT_MAX chunking with small chunks */
+    check_allreduce(c, 10);
+    mt__set_chunk_elems(0);
+    mt__comm_destroy(&c);
+}
+
+static void test_broadcast_and_allgather(void)
+{
+    mt__comm *c = test_comm();
+    mt_dtype types[] = {MT_U8, MT_I32, MT_I64, MT_F32, MT_F64};
+    size_t chunks[] = {0, 2};
+    for (size_t k = 0; k < 2; k++) {
+        mt__set_chunk_elems(chunks[k]);
+        for (size_t ti = 0; ti < 5; ti++) {
+            for (int root = 0; root < c->size; root++) {
+                int64_t buf[9];
+                fill(buf, types[ti], 9, c->rank);
+                MT_ASSERT_INT_EQ(mt__broadcast(c, buf, 9, types[ti], root), MT_OK);
+                for (size_t i = 0; i < 9; i++)
+                    CU_ASSERT_DOUBLE_EQUAL(get(buf, types[ti], i), value(root, i), 1e-6);
+            }
+            int64_t send[5], *recv = calloc((size_t)c->size * 5, 8);
+            fill(send, types[ti], 5, c->rank);
+            MT_ASSERT_INT_EQ(mt__allgather(c, send, recv, 5, types[ti]), MT_OK);
+            for (int r = 0; r < c->size; r++)
+                for (size_t i = 0; i < 5; i++)
+                    CU_ASSERT_DOUBLE_EQUAL(get(recv, types[ti], (size_t)r * 5 + i), value(r, i), 1e-6);
+            free(recv);
+        }
+    }
+    mt__set_chunk_elems(0);
+    MT_ASSERT_INT_EQ(mt__allgather(c, NULL, NULL, 0, MT_F64), MT_OK);
+    MT_ASSERT_INT_EQ(mt__broadcast(c, NULL, 0, MT_F64, 0), MT_OK);
+    MT_ASSERT_INT_EQ(mt__barrier(c), MT_OK);
+    mt__comm_destroy(&c);
+}
+
+static void test_bad_arguments_on_one_rank(void)
+{
+    mt__comm *c = test_comm();
+    double x[2] = {0, 0};
+    void *buf = c->rank == victim() ? NULL : x;
+    int rc = mt__allreduce(c, buf, 2, MT_F64, MT_SUM);
+    if (c->rank == victim()) {
+        MT_ASSERT_INT_EQ(rc, MT_EINVAL);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_allreduce: NULL buffer with count 2");
+    } else {
+        MT_ASSERT_INT_EQ(rc, MT_EPEER);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 1 failed: mt_allreduce: NULL buffer");
+    }
+    rc = mt__broadcast(c, x, 2, MT_F64, c->size); /* a root that does not exist */
+    MT_ASSERT_INT_EQ(rc, c->rank == 0 ? MT_EINVAL : MT_EPEER);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "is not a rank of this");
+    rc = mt__allreduce(c, x, 2, (mt_dtype)99, MT_SUM);
+    MT_ASSERT_INT_EQ(rc, c->rank == 0 ? MT_EINVAL : MT_EPEER);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "unknown dtype 99");
+    rc = mt__allreduce(c, x, 2, MT_F64, (mt_op)42);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "unknown op 42");
+    rc = mt__allgather(c, x, NULL, 1, MT_F64);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "NULL receive buffer");
+    mt__comm_destroy(&c);
+}
+
+static const mt_test tests[] = {
+    {"context_in_fit", test_context_in_fit},
+    {"name_is_rank0s", test_name_is_rank0s},
+    {"bad_config_on_one_rank", test_bad_config_on_one_rank},
+    {"num_workers_mismatch", test_num_workers_mismatch},
+    {"cpus_per_worker", test_cpus_per_worker},
+    {"agree_all_ok", test_agree_all_ok},
+    {"agree_only_rank1_fails", test_agree_only_rank1_fails},
+    {"agree_all_fail_lowest_wins", test_agree_all_fail_lowest_wins},
+    {"agree_different_collectives", test_agree_different_collectives},
+    {"fit_one_rank_returns_error", test_fit_one_rank_returns_error},
+    {"fit_one_rank_leaves_early", test_fit_one_rank_leaves_early},
+    {"fit_positive_return", test_fit_positive_return},
+    {"allreduce_every_dtype_and_op", test_allreduce_every_dtype_and_op},
+    {"broadcast_and_allgather", test_broadcast_and_allgather},
+    {"bad_arguments_on_one_rank", test_bad_arguments_on_one_rank},
+    {NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+    return mt_test_main(argc, argv, "mpi_core", tests, true);
+}

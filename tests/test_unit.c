@@ -1,0 +1,288 @@
+/*
+ * test_unit.c -- single-process tests: the error table, per-thread messages, config
+ * defaults, validation and the command line.
+ */
+#include "harness.h"
+
+#include "../runtime/runtime.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_error_table(void)
+{
+    int codes[] = {MT_EINVAL, MT_ENOMEM, MT_EIO, MT_ENOTFOUND, MT_EFORMAT,
+                   MT_EMPI, MT_EPEER, MT_EMISMATCH, MT_ESTOP};
+    for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
+        CU_ASSERT(codes[i] < 0);
+        CU_ASSERT_STRING_NOT_EQUAL(mt_strerror(codes[i]), "unknown error");
+        CU_ASSERT_NSTRING_EQUAL(mt_err_name(codes[i]), "MT_E", 4);
+        for (size_t j = 0; j < i; j++)
+            CU_ASSERT(codes[i] != codes[j]);
+    }
+    MT_ASSERT_STR_EQ(mt_err_name(MT_EPEER), "MT_EPEER");
+    MT_ASSERT_STR_EQ(mt_strerror(MT_OK), "success");
+    MT_ASSERT_STR_EQ(mt_strerror(-999), "unknown error");
+    MT_ASSERT_STR_EQ(mt_err_name(-999), "MT_UNKNOWN");
+}
+
+static void *set_error_in_thread(void *arg)
+{
+    mt__error(MT_EIO, "thread message");
+    return (void *)(mt_last_error()[0] == 't' ? arg : NULL);
+}
+
+static void test_last_error_per_thread(void)
+{
+    MT_ASSERT_INT_EQ(mt__error(MT_EINVAL, "main %d", 42), MT_EINVAL);
+    pthread_t th;
+    void *ret = NULL;
+    int marker;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, set_error_in_thread, &marker), 0);
+    pthread_join(th, &ret);
+    CU_ASSERT_PTR_EQUAL(ret, &marker);
+    MT_ASSERT_STR_EQ(mt_last_error(), "main 42");
+    mt__error_append("second %s", "line");
+    MT_ASSERT_STR_EQ(mt_last_error(), "main 42\nsecond line");
+}
+
+static void test_config_defaults(void)
+{
+    mt_trainer_config cfg = {0};
+    mt_config_defaults(&cfg);
+    CU_ASSERT_PTR_NULL(cfg.run.name);
+    MT_ASSERT_STR_CONTAINS(cfg.run.storage_path, "/mpitrain_results");
+    MT_ASSERT_INT_EQ(cfg.run.verbose, 1);
+    CU_ASSERT_DOUBLE_EQUAL(cfg.run.failure.stall_warn_s, 60.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(cfg.run.failure.stall_timeout_s, 600.0, 1e-12);
+    MT_ASSERT_INT_EQ(cfg.data.memory_limit, (size_t)1 << 30);
+    MT_ASSERT_INT_EQ(cfg.run.checkpoint.num_to_keep, 0);
+    MT_ASSERT_INT_EQ(cfg.run.failure.max_failures, 0);
+    /* set fields are kept */
+    mt_trainer_config set = {.run = {.storage_path = "/x", .verbose = 2,
+                                     .failure = {.stall_warn_s = 1, .stall_timeout_s = 2}}};
+    mt_config_defaults(&set);
+    MT_ASSERT_STR_EQ(set.run.storage_path, "/x");
+    MT_ASSERT_INT_EQ(set.run.verbose, 2);
+    CU_ASSERT_DOUBLE_EQUAL(set.run.failure.stall_timeout_s, 2.0, 1e-12);
+    MT_ASSERT_INT_EQ(mt_config_validate(&set), MT_OK);
+    MT_ASSERT_INT_EQ(mt_config_validate(&(mt_trainer_config){0}), MT_OK);
+}
+
+static void test_config_validate_lists_every_problem(void)
+{
+    const char *split[] = {"train", "", NULL};
+    mt_trainer_config cfg = {
+        .scaling = {.num_workers = -1, .cpus_per_worker = -3},
+        .run = {.name = "a/b", .verbose = 7,
+                .checkpoint = {.num_to_keep = -2, .score_attribute = "", .score_order = 5,
+                               .frequency = -1},
+                .failure = {.max_failures = -5, .stall_warn_s = 30, .stall_timeout_s = 10}},
+        .data = {.datasets_to_split = split},
+    };
+    MT_ASSERT_INT_EQ(mt_config_validate(&cfg), MT_EINVAL);
+    const char *m = mt_last_error();
+    MT_ASSERT_STR_CONTAINS(m, "scaling.num_workers must be >= 0 (got -1)");
+    MT_ASSERT_STR_CONTAINS(m, "scaling.cpus_per_worker must be >= 0 (got -3)");
+    MT_ASSERT_STR_CONTAINS(m, "run.name must not contain '/' (got \"a/b\")");
+    MT_ASSERT_STR_CONTAINS(m, "run.verbose must be -1 (silent), 0 (default), 1 or 2 (got 7)");
+    MT_ASSERT_STR_CONTAINS(m, "run.checkpoint.num_to_keep must be >= 0 (got -2)");
+    MT_ASSERT_STR_CONTAINS(m, "run.checkpoint.score_attribute must not be empty");
+    MT_ASSERT_STR_CONTAINS(m, "run.checkpoint.score_order must be MT_ORDER_MAX or MT_ORDER_MIN (got 5)");
+    MT_ASSERT_STR_CONTAINS(m, "run.checkpoint.frequency must be >= 0 (got -1)");
+    MT_ASSERT_STR_CONTAINS(m, "run.failure.max_failures must be >= -1 (got -5)");
+    MT_ASSERT_STR_CONTAINS(m, "run.failure.stall_timeout_s must be >= run.failure.stall_warn_s (got 10 < 30)");
+    MT_ASSERT_STR_CONTAINS(m, "data.datasets_to_split[1] must not be empty");
+    int lines = 1;
+    for (const char *p = m; *p; p++)
+        lines += *p == '\n';
+    MT_ASSERT_INT_EQ(lines, 11);
+}
+
+static void test_config_validate_single_fields(void)
+{
+    char longname[MT__NAME_MAX + 2];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    struct { mt_trainer_config cfg; const char *msg; } cases[] = {
+        {{.run.name = ""}, "run.name must not be empty"},
+        {{.run.name = ".."}, "run.name must not be \"..\""},
+        {{.run.name = longname}, "run.name must be at most 200 bytes (got 201)"},
+        {{.run.storage_path = ""}, "run.storage_path must not be empty"},
+        {{.run.failure.stall_warn_s = -1}, "run.failure.stall_warn_s must be a finite number of seconds >= 0 (got -1)"},
+        {{.run.failure.stall_timeout_s = 1.0 / 0.0}, "run.failure.stall_timeout_s must be a finite"},
+        {{.run.verbose = -2}, "run.verbose must be"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        MT_ASSERT_INT_EQ(mt_config_validate(&cases[i].cfg), MT_EINVAL);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), cases[i].msg);
+    }
+    mt_trainer_config ok = {.run = {.name = "fine", .failure.max_failures = -1,
+                                    .checkpoint.score_order = MT_ORDER_MIN}};
+    MT_ASSERT_INT_EQ(mt_config_validate(&ok), MT_OK);
+    MT_ASSERT_INT_EQ(mt_config_validate(NULL), MT_EINVAL);
+}
+
+static int run_args(mt_trainer_config *cfg, char **args, int *argc_out, char ***argv_out)
+{
+    int argc = 0;
+    while (args[argc])
+        argc++;
+    int rc = mt_config_from_args(cfg, &argc, &args);
+    *argc_out = argc;
+    *argv_out = args;
+    return rc;
+}
+
+static void test_config_from_args_all_options(void)
+{
+    char *args[] = {"prog", "--name", "exp", "--storage-path=/tmp/s", "--num-workers", "4",
+                    "--cpus-per-worker=2", "--max-failures", "-1", "--num-to-keep", "3",
+                    "--checkpoint-score-attribute", "val/acc", "--checkpoint-score-order=min",
+                    "--checkpoint-frequency", "5", "--checkpoint-at-end", "--stall-warn", "1.5",
+                    "--stall-timeout=9", "--verbose", "2", "--lr", "0.1", "data.h5", NULL};
+    mt_trainer_config cfg = {0};
+    int argc;
+    char **argv;
+    MT_ASSERT_INT_EQ(run_args(&cfg, args, &argc, &argv), MT_OK);
+    MT_ASSERT_STR_EQ(cfg.run.name, "exp");
+    MT_ASSERT_STR_EQ(cfg.run.storage_path, "/tmp/s");
+    MT_ASSERT_INT_EQ(cfg.scaling.num_workers, 4);
+    MT_ASSERT_INT_EQ(cfg.scaling.cpus_per_worker, 2);
+    MT_ASSERT_INT_EQ(cfg.run.failure.max_failures, -1);
+    MT_ASSERT_INT_EQ(cfg.run.checkpoint.num_to_keep, 3);
+    MT_ASSERT_STR_EQ(cfg.run.checkpoint.score_attribute, "val/acc");
+    MT_ASSERT_INT_EQ(cfg.run.checkpoint.score_order, MT_ORDER_MIN);
+    MT_ASSERT_INT_EQ(cfg.run.checkpoint.frequency, 5);
+    CU_ASSERT_TRUE(cfg.run.checkpoint.at_end);
+    CU_ASSERT_DOUBLE_EQUAL(cfg.run.failure.stall_warn_s, 1.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(cfg.run.failure.stall_timeout_s, 9.0, 1e-12);
+    MT_ASSERT_INT_EQ(cfg.run.verbose, 2);
+    /* the program's own options stay, in order */
+    MT_ASSERT_INT_EQ(argc, 4);
+    MT_ASSERT_STR_EQ(argv[0], "prog");
+    MT_ASSERT_STR_EQ(argv[1], "--lr");
+    MT_ASSERT_STR_EQ(argv[2], "0.1");
+    MT_ASSERT_STR_EQ(argv[3], "data.h5");
+    CU_ASSERT_PTR_NULL(argv[4]);
+}
+
+static void test_config_from_args_errors(void)
+{
+    struct { char *opt[3]; const char *msg; } cases[] = {
+        {{"--num-workers=abc"}, "option --num-workers: 'abc' is not an integer"},
+        {{"--checkpoint-score-order=up"}, "option --checkpoint-score-order: 'up' is not max or min"},
+        {{"--stall-warn", "soon"}, "option --stall-warn: 'soon' is not a number of seconds"},
+        {{"--verbose", "3"}, "option --verbose: '3' is not 0, 1 or 2"},
+        {{"--num-to-keep", "99999999999"}, "option --num-to-keep: '99999999999' is not an integer"},
+        {{"--checkpoint-at-end=yes"}, "option --checkpoint-at-end takes no value"},
+        {{"--name"}, "option --name needs a value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *args[5] = {"prog", cases[i].opt[0], cases[i].opt[1], NULL, NULL};
+        mt_trainer_config cfg = {0};
+        int argc;
+        char **argv;
+        MT_ASSERT_INT_EQ(run_args(&cfg, args, &argc, &argv), MT_EINVAL);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), cases[i].msg);
+    }
+    /* every problem is listed */
+    char *args[] = {"prog", "--num-workers=x", "--max-failures=y", NULL};
+    mt_trainer_config cfg = {0};
+    int argc;
+    char **argv;
+    MT_ASSERT_INT_EQ(run_args(&cfg, args, &argc, &argv), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "--num-workers");
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "--max-failures");
+    MT_ASSERT_INT_EQ(mt_config_from_args(NULL, &argc, &argv), MT_EINVAL);
+}
+
+static void test_config_precedence(void)
+{
+    /* struct < environment < command line */
+    setenv("MT_NAME", "from-env", 1);
+    setenv("MT_STORAGE_PATH", "/env/path", 1);
+    mt_trainer_config cfg = {.run = {.name = "from-struct", .storage_path = "/struct"}};
+    char *args[] = {"prog", "--name", "from-cli", NULL};
+    int argc;
+    char **argv;
+    MT_ASSERT_INT_EQ(run_args(&cfg, args, &argc, &argv), MT_OK);
+    MT_ASSERT_STR_EQ(cfg.run.name, "from-cli");
+    MT_ASSERT_STR_EQ(cfg.run.storage_path, "/env/path");
+    unsetenv("MT_NAME");
+    unsetenv("MT_STORAGE_PATH");
+    mt_trainer_config kept = {.run = {.name = "from-struct"}};
+    char *none[] = {"prog", NULL};
+    MT_ASSERT_INT_EQ(run_args(&kept, none, &argc, &argv), MT_OK);
+    MT_ASSERT_STR_EQ(kept.run.name, "from-struct");
+    MT_ASSERT_INT_EQ(argc, 1);
+}
+
+static void test_config_help_and_separator(void)
+{
+    char *args[] = {"prog", "--help", "--", "--name", "x", NULL};
+    mt_trainer_config cfg = {0};
+    int argc;
+    char **argv;
+    MT_ASSERT_INT_EQ(run_args(&cfg, args, &argc, &argv), MT_OK);
+    /* --help stays for the program; after "--" nothing is taken */
+    MT_ASSERT_INT_EQ(argc, 5);
+    MT_ASSERT_STR_EQ(argv[1], "--help");
+    MT_ASSERT_STR_EQ(argv[3], "--name");
+    CU_ASSERT_PTR_NULL(cfg.run.name);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    mt_config_usage(f);
+    fclose(f);
+    MT_ASSERT_STR_CONTAINS(buf, "--checkpoint-score-order max|min");
+    MT_ASSERT_STR_CONTAINS(buf, "--stall-timeout SECONDS");
+    free(buf);
+    /* --verbose 0 means silent */
+    char *quiet[] = {"prog", "--verbose=0", NULL};
+    MT_ASSERT_INT_EQ(run_args(&cfg, quiet, &argc, &argv), MT_OK);
+    MT_ASSERT_INT_EQ(cfg.run.verbose, MT_VERBOSE_SILENT);
+}
+
+static int never_called(mt_context *c, void *arg) { return MT_OK; }
+
+static void test_trainer_outside_mpi(void)
+{
+    CU_ASSERT_PTR_NULL(mt_get_context());
+    mt_trainer *t = NULL;
+    MT_ASSERT_INT_EQ(mt_trainer_create(&t, NULL, NULL, NULL), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "training function is NULL");
+    MT_ASSERT_INT_EQ(mt_trainer_create(&t, never_called, NULL, NULL), MT_OK);
+    mt_result *r = (mt_result *)&r;
+    MT_ASSERT_INT_EQ(mt_trainer_fit(t, &r), MT_EINVAL);
+    CU_ASSERT_PTR_NULL(r);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "call mt_init first");
+    mt_trainer_destroy(&t);
+    CU_ASSERT_PTR_NULL(t);
+    mt_trainer_destroy(&t); /* NULL-safe */
+    mt_result_free(&r);
+    /* a NULL context answers without crashing */
+    MT_ASSERT_INT_EQ(mt_world_size(NULL), 0);
+    MT_ASSERT_INT_EQ(mt_allreduce(NULL, NULL, 0, MT_F64, MT_SUM), MT_EINVAL);
+}
+
+static const mt_test tests[] = {
+    {"error_table", test_error_table},
+    {"last_error_per_thread", test_last_error_per_thread},
+    {"config_defaults", test_config_defaults},
+    {"config_validate_lists_every_problem", test_config_validate_lists_every_problem},
+    {"config_validate_single_fields", test_config_validate_single_fields},
+    {"config_from_args_all_options", test_config_from_args_all_options},
+    {"config_from_args_errors", test_config_from_args_errors},
+    {"config_precedence", test_config_precedence},
+    {"config_help_and_separator", test_config_help_and_separator},
+    {"trainer_outside_mpi", test_trainer_outside_mpi},
+    {NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+    return mt_test_main(argc, argv, "unit", tests, false);
+}

@@ -1,0 +1,3 @@
+#!/bin/sh
+# The single-process CUnit suite.
+exec "${top_builddir:-.}/tests/test_unit"
