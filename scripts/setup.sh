@@ -1,0 +1,35 @@
+#!/bin/sh
+# scripts/setup.sh [--example] [--slurm]: install what mpitrain needs from Debian's
+# package archive, only what is missing (idempotent; needs root or sudo on Debian 12).
+#   base:      compilers and libraries to build and test (Open MPI, parallel HDF5,
+#              CUnit, jansson, OpenBLAS, autotools)
+#   --example: the Fashion-MNIST data set and gnuplot, for the example job
+#   --slurm:   slurm-wlm and munge, for the Slurm integration test
+set -eu
+pkgs="build-essential openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libcunit1-dev
+      libjansson-dev libopenblas-dev autoconf automake libtool pkg-config"
+for arg in "$@"; do
+    case "$arg" in
+    --example) pkgs="$pkgs dataset-fashion-mnist gnuplot-nox" ;;
+    --slurm) pkgs="$pkgs slurm-wlm munge" ;;
+    -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
+    esac
+done
+missing=""
+for p in $pkgs; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    [ "$status" = "installed" ] || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+    echo "setup: all packages present"
+    exit 0
+fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "setup: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+# shellcheck disable=SC2086
+$sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+echo "setup: done"

@@ -1,0 +1,30 @@
+#!/bin/sh
+# scripts/test.sh: set up this machine, then build and run every test twice: a plain
+# build with --enable-werror, and one with AddressSanitizer and UndefinedBehaviorSanitizer.
+# MT_TEST_TIMEOUT_SCALE=N stretches every test's timeout on slow machines.
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+"$top/scripts/setup.sh" || exit 1
+start=$(date +%s)
+status=0
+run_build() { # NAME DIR CONFIGURE-OPTIONS...
+    name=$1; dir=$2; shift 2
+    echo "=== $name build ($*)"
+    if ! "$top/scripts/build.sh" "$dir" "$@"; then
+        echo "=== $name build FAILED"; status=1; return
+    fi
+    echo "=== $name tests"
+    if ! make -C "$dir" -j"$(nproc)" check >"$dir/check.out" 2>&1; then
+        status=1
+        # automake's test-suite.log holds the log of every failed test
+        cat "$dir/test-suite.log" 2>/dev/null || cat "$dir/check.out"
+    fi
+    grep -E "^(# |PASS|FAIL|ERROR)" "$dir/check.out"
+}
+run_build plain "$top/build-plain" --enable-werror
+run_build sanitizers "$top/build-asan" --enable-werror --enable-sanitizers=address,undefined
+echo "=== suite took $(( $(date +%s) - start ))s"
+"$top/tests/summary.sh" "$top/build-plain" "$top/build-asan"
+[ $status -eq 0 ] && echo "=== all tests passed" || echo "=== TESTS FAILED"
+exit $status

@@ -1,0 +1,74 @@
+#!/bin/sh
+# Context under real launch lines: binding (--bind-to core, --map-by slot:PE=2,
+# --bind-to none), the cpus_per_worker check, and uneven node layouts faked with
+# MT_NODE_KEY (3+1, 2+2 interleaved, 1+1+2). Each line of mpitrain-info is checked.
+set -u
+info="${top_builddir:-.}/tools/mpitrain-info"
+run="${top_srcdir:-.}/tests/mpirun.sh"
+out=$(mktemp); err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+fails=0; checks=0
+ok() { checks=$((checks + 1)); echo "ok: $1"; }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"; cat "$out" "$err"; }
+ncpu=$(nproc)
+export MT_STORAGE_PATH="${TMPDIR:-/tmp}/mpitrain-context-test"
+
+# expect NAME LINE...: every given "rank R/N: ..." line is in the output
+expect() {
+    name=$1; shift
+    for line in "$@"; do
+        if ! grep -qxF "$line" "$out"; then bad "$name: missing '$line'"; return; fi
+    done
+    ok "$name"
+}
+
+MT_MPIRUN_ARGS="--bind-to core --map-by core" "$run" 2 "$info" >"$out" 2>"$err"
+expect "bind-to core, 2 ranks" "rank 0/2: local 0/2 node 0 cpus 1" "rank 1/2: local 1/2 node 0 cpus 1"
+
+MT_MPIRUN_ARGS="--bind-to none" "$run" 2 "$info" >"$out" 2>"$err"
+expect "bind-to none, 2 ranks" "rank 0/2: local 0/2 node 0 cpus $ncpu" "rank 1/2: local 1/2 node 0 cpus $ncpu"
+
+if [ "$ncpu" -ge 2 ]; then
+    MT_MPIRUN_ARGS="--map-by slot:PE=2 --bind-to core" "$run" 1 "$info" --cpus-per-worker 2 >"$out" 2>"$err"
+    expect "map-by slot:PE=2" "rank 0/1: local 0/1 node 0 cpus 2"
+    # the same requirement under a one-core binding is refused on every rank, with advice
+    MT_MPIRUN_ARGS="--bind-to core --map-by core" "$run" 2 "$info" --cpus-per-worker 2 >"$out" 2>"$err"
+    rc=$?
+    if [ $rc -ne 0 ] && grep -q "scaling.cpus_per_worker is 2 but rank 0 may use 1 CPU" "$err" \
+        && grep -q -- "--map-by slot:PE=2 --bind-to core" "$err"; then
+        ok "cpus-per-worker refused under bind-to core"
+    else bad "cpus-per-worker refused under bind-to core (exit $rc)"; fi
+fi
+
+# MPMD: one app context per fake node, each with its own MT_NODE_KEY
+layout() {
+    name=$1; shift
+    args=""
+    for k in "$@"; do
+        [ -n "$args" ] && args="$args :"
+        args="$args -np 1 env MT_NODE_KEY=$k $info"
+    done
+    # shellcheck disable=SC2086
+    timeout -k 10 $((120 * ${MT_TEST_TIMEOUT_SCALE:-1})) mpirun --oversubscribe $args \
+        >"$out" 2>"$err"
+}
+layout "3+1" a a a b
+expect "nodes 3+1" "rank 0/4: local 0/3 node 0 cpus $ncpu" "rank 2/4: local 2/3 node 0 cpus $ncpu" \
+    "rank 3/4: local 0/1 node 1 cpus $ncpu"
+layout "2+2 interleaved" a b a b
+expect "nodes 2+2 interleaved" "rank 0/4: local 0/2 node 0 cpus $ncpu" "rank 1/4: local 0/2 node 1 cpus $ncpu" \
+    "rank 2/4: local 1/2 node 0 cpus $ncpu" "rank 3/4: local 1/2 node 1 cpus $ncpu"
+layout "1+1+2" x y z z
+expect "nodes 1+1+2" "rank 0/4: local 0/1 node 0 cpus $ncpu" "rank 1/4: local 0/1 node 1 cpus $ncpu" \
+    "rank 2/4: local 0/2 node 2 cpus $ncpu" "rank 3/4: local 1/2 node 2 cpus $ncpu"
+
+# --help and a bad option
+"$info" --help >"$out" 2>"$err"
+if grep -q "usage: mpirun -np N mpitrain-info" "$out" && grep -q -- "--num-workers N" "$out"; then
+    ok "--help"; else bad "--help"; fi
+"$info" --num-workers=abc >"$out" 2>"$err"
+if [ $? -ne 0 ] && grep -q "option --num-workers: 'abc' is not an integer" "$err"; then
+    ok "bad option value"; else bad "bad option value"; fi
+
+echo "$((checks - fails)) passed, $fails failed"
+[ "$fails" -eq 0 ]
