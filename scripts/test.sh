@@ -24,6 +24,14 @@ run_build() { # NAME DIR CONFIGURE-OPTIONS...
 }
 run_build plain "$top/build-plain" --enable-werror
 run_build sanitizers "$top/build-asan" --enable-werror --enable-sanitizers=address,undefined
+echo "=== make distcheck"
+if make -C "$top/build-plain" distcheck >"$top/build-plain/distcheck.out" 2>&1; then
+    echo "make distcheck: 1 passed, 0 failed"
+    echo "1 passed, 0 failed" >"$top/build-plain/tests/distcheck.log"
+else
+    tail -n 60 "$top/build-plain/distcheck.out"; status=1
+    echo "0 passed, 1 failed" >"$top/build-plain/tests/distcheck.log"
+fi
 echo "=== suite took $(( $(date +%s) - start ))s"
 "$top/tests/summary.sh" "$top/build-plain" "$top/build-asan"
 [ $status -eq 0 ] && echo "=== all tests passed" || echo "=== TESTS FAILED"
