@@ -8,6 +8,7 @@
  * while the others are still in their collectives.
  */
 #include "runtime.h"
+#include "../collectives/watchdog.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,12 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     if (!rc)
         rc = agree_name(t, ctx);
     int attempts = 0;
+    mt__watchdog *dog = NULL;
+    if (!rc) {
+        const mt_failure_config *f = &t->cfg.run.failure;
+        rc = mt__watchdog_start(&dog, ctx->comm, f->stall_warn_s, f->stall_timeout_s,
+                                t->cfg.run.verbose);
+    }
     if (!rc) {
         attempts = 1;
         mt__context_set_current(ctx);
@@ -203,6 +210,7 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
                                          "negative MT_E* code)", fn_rc);
         rc = mt__agree_exit(ctx->comm, MT__CALL_FIT_END, fn_rc, &who);
     }
+    mt__watchdog_stop(&dog);
     if (rc && who.rank >= 0)
         rc = who.code; /* the same code on every rank: the winning rank's */
     if (out) {
