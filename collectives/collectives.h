@@ -16,6 +16,7 @@
     XX(BROADCAST, "broadcast")                                                \
     XX(ALLGATHER, "allgather")                                                \
     XX(BARRIER, "barrier")                                                    \
+    XX(FUSION, "fusion")                                                      \
     XX(INTERNAL, "internal")                                                  \
     XX(TEST, "test")
 
@@ -96,5 +97,11 @@ typedef struct {
     int node_rank, num_nodes;    /* nodes ordered by their lowest rank */
 } mt__topology;
 int mt__topology_get(mt__comm *c, mt__topology *out);
+
+/* Gradient fusion (the rest of its API is public). */
+int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out);
+/* Test hooks: split bucket reductions into chunks of n floats; count buckets. */
+void mt__fusion_set_chunk(size_t n);
+int mt__fusion_buckets(const mt_fusion *f);
 
 #endif

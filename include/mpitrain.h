@@ -235,6 +235,31 @@ MT_EXTERN int mt_allgather(mt_context *c, const void *send, void *recv, size_t c
 /* Collective. */
 MT_EXTERN int mt_barrier(mt_context *c);
 
+/* Gradient fusion: average many float tensors across ranks with few collectives.
+ *
+ *   mt_fusion *f; mt_fusion_create(ctx, 0, &f);          // 0 = MT_FUSION_BYTES or 25 MiB
+ *   for each parameter, last layer first: idx = mt_fusion_add(f, grad, n);
+ *   each step: backward; after each layer's gradient: mt_fusion_ready(f, idx);
+ *              mt_fusion_wait(f);                         // every tensor now averaged
+ *
+ * Tensors are packed into buckets in the order they were added; a bucket's reduction
+ * starts as soon as all its tensors are ready (buckets start in order), so it overlaps the
+ * rest of the backward pass. Tensors larger than a bucket get one of their own; zero-size
+ * tensors are fine. Registration is checked across ranks at the first ready or wait call
+ * (a different count or size on any rank is MT_EMISMATCH). A tensor's memory must stay
+ * untouched between its ready call and the wait. */
+typedef struct mt_fusion mt_fusion;
+/* Collective (a communicator duplicate). */
+MT_EXTERN int mt_fusion_create(mt_context *c, size_t bucket_bytes, mt_fusion **out);
+/* Logically collective, before the first ready/wait. Returns the tensor's index (>= 0). */
+MT_EXTERN int mt_fusion_add(mt_fusion *f, float *tensor, size_t count);
+/* Local (the first call of all is collective: the registration check). */
+MT_EXTERN int mt_fusion_ready(mt_fusion *f, int index);
+/* Collective. Starts what has not started, waits, averages. An error on any rank during
+ * the step is returned on every rank; the fusion cannot be used after an error. */
+MT_EXTERN int mt_fusion_wait(mt_fusion *f);
+MT_EXTERN void mt_fusion_destroy(mt_fusion **f);
+
 /* ---------------------------------------------------------------- result */
 
 /* Local. NULL on success; otherwise "rank N: message". */

@@ -141,3 +141,9 @@ int mt_barrier(mt_context *c)
     NEED_CTX("mt_barrier");
     return mt__barrier(c->comm);
 }
+
+int mt_fusion_create(mt_context *c, size_t bucket_bytes, mt_fusion **out)
+{
+    NEED_CTX("mt_fusion_create");
+    return mt__fusion_create(c->comm, bucket_bytes, out);
+}
