@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { W_KIND, W_NKIND, W_SIG, W_NSIG, W_FAIL, W_STOP, W_COUNT };
+enum { W_KIND, W_NKIND, W_SIG, W_NSIG, W_FAIL, W_VALUE, W_COUNT };
 
 const char *mt__call_name(int kind)
 {
@@ -44,14 +44,44 @@ uint64_t mt__sig_mix(uint64_t h, uint64_t v)
     return h;
 }
 
-void mt__call_init(mt__call *call, int kind, uint64_t sig, const char *fmt, ...)
+void mt__call_init(mt__call *call, int kind, uint64_t n, int64_t x, int64_t y)
 {
     call->kind = kind;
-    call->sig = mt__sig_mix(sig, (uint64_t)kind);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(call->desc, sizeof call->desc, fmt, ap);
-    va_end(ap);
+    call->n = n;
+    call->x = x;
+    call->y = y;
+    call->sig = mt__sig_mix(mt__sig_mix(mt__sig_mix(mt__sig_mix(0, (uint64_t)kind), n),
+                                        (uint64_t)x), (uint64_t)y);
+}
+
+void mt__call_describe(const mt__call *c, char *buf, size_t len)
+{
+    unsigned long long n = c->n;
+    switch (c->kind) {
+    case MT__CALL_ALLREDUCE:
+        snprintf(buf, len, "allreduce(count=%llu, %s, %s)", n, mt__dtype_name((int)c->x),
+                 mt__op_name((int)c->y));
+        break;
+    case MT__CALL_BROADCAST:
+        snprintf(buf, len, "broadcast(count=%llu, %s, root=%lld)", n, mt__dtype_name((int)c->x),
+                 (long long)c->y);
+        break;
+    case MT__CALL_ALLGATHER:
+        snprintf(buf, len, "allgather(count=%llu, %s)", n, mt__dtype_name((int)c->x));
+        break;
+    case MT__CALL_FUSION_CHECK:
+        snprintf(buf, len, "fusion-check(tensors=%lld, floats=%llu, buckets=%lld)",
+                 (long long)c->x, n, (long long)c->y);
+        break;
+    case MT__CALL_FUSION_WAIT:
+        snprintf(buf, len, "fusion-wait(tensors=%lld)", (long long)c->x);
+        break;
+    case MT__CALL_TEST:
+        snprintf(buf, len, "test(%llu)", n);
+        break;
+    default:
+        snprintf(buf, len, "%s", mt__call_name(c->kind));
+    }
 }
 
 typedef struct {
@@ -99,15 +129,16 @@ typedef struct {
     char desc[MT__DESC_LEN];
 } call_note;
 
+
 /* Every rank: gather every rank's call and name the first two that differ. */
 static int share_mismatch(mt__comm *c, const mt__call *call, uint64_t seq)
 {
     call_note mine = {.kind = call->kind, .sig = call->sig};
-    snprintf(mine.desc, sizeof mine.desc, "%s", call->desc);
+    mt__call_describe(call, mine.desc, sizeof mine.desc);
     call_note *all = calloc((size_t)c->size, sizeof *all);
     if (!all)
         return mt__error(MT_EMISMATCH, "ranks called different collectives at call #%llu "
-                                       "(this rank: %s)", (unsigned long long)seq, call->desc);
+                                       "(this rank: %s)", (unsigned long long)seq, mine.desc);
     int e = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
                           c->comm);
     int rc;
@@ -140,7 +171,8 @@ static int64_t fail_key(const mt__comm *c, int status)
 }
 
 /* The allreduce; *same is true when every rank was in the same call. */
-static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who, bool *same)
+static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who, bool *same,
+                 int64_t *value)
 {
     uint64_t seq = c->seq++;
     int64_t s = (int64_t)(call->sig >> 1);
@@ -148,7 +180,7 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
         [W_KIND] = call->kind, [W_NKIND] = -call->kind,
         [W_SIG] = s, [W_NSIG] = -s,
         [W_FAIL] = fail_key(c, status),
-        [W_STOP] = 0,
+        [W_VALUE] = value ? *value : 0,
     };
     mt__winner none;
     if (!who)
@@ -162,6 +194,8 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
     mt__watch_leave();
     if (e != MPI_SUCCESS)
         return mt__mpi_error(e, "MPI_Allreduce (agreement)");
+    if (value)
+        *value = w[W_VALUE];
     *same = w[W_KIND] == -w[W_NKIND];
     if (w[W_FAIL] != INT64_MIN) {
         int root = (int)(-w[W_FAIL] % c->size);
@@ -181,13 +215,20 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
 int mt__agree(mt__comm *c, const mt__call *call, int status, mt__winner *who)
 {
     bool same;
-    return agree(c, call, status, who, &same);
+    return agree(c, call, status, who, &same, NULL);
+}
+
+int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who,
+                  int64_t *value)
+{
+    bool same;
+    return agree(c, call, status, who, &same, value);
 }
 
 int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who)
 {
     mt__call call;
-    mt__call_init(&call, kind, 0, "%s", mt__call_name(kind));
+    mt__call_init(&call, kind, 0, 0, 0);
     char own[MT__MSG_LEN];
     snprintf(own, sizeof own, "%s", mt_last_error());
     for (;;) {
@@ -195,7 +236,7 @@ int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who)
         /* each round must carry this rank's own message, not the last round's */
         if (status != MT_OK)
             mt__error_set_text(own);
-        int rc = agree(c, &call, status, who, &same);
+        int rc = agree(c, &call, status, who, &same, NULL);
         if (same)
             return rc;
     }

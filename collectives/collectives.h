@@ -16,7 +16,8 @@
     XX(BROADCAST, "broadcast")                                                \
     XX(ALLGATHER, "allgather")                                                \
     XX(BARRIER, "barrier")                                                    \
-    XX(FUSION, "fusion")                                                      \
+    XX(FUSION_CHECK, "fusion-check")                                          \
+    XX(FUSION_WAIT, "fusion-wait")                                            \
     XX(INTERNAL, "internal")                                                  \
     XX(TEST, "test")
 
@@ -31,19 +32,24 @@ const char *mt__call_name(int kind);
 
 #define MT__DESC_LEN 128
 
-/* One collective call as the agreement sees it: its kind, a signature of the arguments
- * that must match across ranks, and a description for messages. */
+/* One collective call as the agreement sees it: its kind and arguments that must match
+ * across ranks (n, x, y; their meaning depends on the kind), and their signature. Text
+ * is made only when a message needs it (mt__call_describe), never on the fast path. */
 typedef struct {
     int kind;
+    uint64_t n;
+    int64_t x, y;
     uint64_t sig;
-    char desc[MT__DESC_LEN];
 } mt__call;
 
-/* Fill call; desc is printf-formatted, e.g. "allreduce(count=4, f64, sum)". */
-void mt__call_init(mt__call *call, int kind, uint64_t sig, const char *fmt, ...)
-    MT__PRINTF(4, 5);
+/* Fill call; the signature covers kind, n, x and y. */
+void mt__call_init(mt__call *call, int kind, uint64_t n, int64_t x, int64_t y);
+/* "allreduce(count=4, f64, sum)" and the like. */
+void mt__call_describe(const mt__call *call, char *buf, size_t len);
 /* Mix v into a signature. */
 uint64_t mt__sig_mix(uint64_t h, uint64_t v);
+const char *mt__dtype_name(int dtype);
+const char *mt__op_name(int op);
 
 typedef struct mt__comm {
     MPI_Comm comm;   /* private duplicate, MPI_ERRORS_RETURN */
@@ -72,6 +78,9 @@ typedef struct {
     char msg[MT__MSG_LEN];    /* the winner's message, the same on every rank */
 } mt__winner;
 int mt__agree(mt__comm *c, const mt__call *call, int status, mt__winner *who);
+/* The same, also giving every rank the maximum over ranks of *value (in and out). */
+int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who,
+                  int64_t *value);
 
 /*
  * The exit agreement a rank makes when it leaves a training function: it repeats the

@@ -2,23 +2,30 @@
  * fusion.c -- gradient buckets (mt_fusion): many tensors, few collectives.
  *
  * Tensors are registered in a fixed order and packed into buckets of at most
- * bucket_bytes (a larger tensor gets a bucket of its own). A bucket's reduction starts
- * (MPI_Iallreduce) once every tensor in it is marked ready, but buckets always start in
- * bucket order: nonblocking collectives must be issued in the same order on every rank,
- * and ranks may mark tensors ready in different orders. Register tensors in the order
- * their gradients become ready (last layer first) and the buckets start while the
- * caller's backward pass goes on.
+ * bucket_bytes (a larger tensor gets a bucket of its own). A bucket is handed to the
+ * fusion's communication thread once every tensor in it is marked ready, but buckets are
+ * always handed over in bucket order, because ranks may mark tensors ready in different
+ * orders while their collectives must be issued in the same order everywhere. Register
+ * tensors in the order their gradients become ready (last layer first).
  *
- * The reductions run on a private communicator, so they never meet the agreement
- * traffic. mt_fusion_wait passes one agreement before it waits: if any rank failed during
- * the step, every rank returns the error without waiting for reductions that some ranks
- * never started (those requests are abandoned and the object is unusable afterwards).
- * Registration (count and sizes) is checked across ranks once, at the first ready or
- * wait call.
+ * Why a thread: Open MPI has no asynchronous progress for nonblocking collectives, so an
+ * MPI_Iallreduce only advances inside later MPI calls and the reduction would not really
+ * overlap the caller's backward pass. The thread packs a bucket and reduces it with a
+ * blocking MPI_Allreduce on a private communicator while the caller computes (this needs
+ * MPI_THREAD_MULTIPLE; without it, every bucket is reduced inside mt_fusion_wait).
+ *
+ * mt_fusion_wait passes one agreement before it waits. It carries each rank's status and
+ * how many buckets it handed over (always a prefix in bucket order). On success every
+ * bucket is reduced and averaged. On an error anywhere, every rank still completes the
+ * buckets up to the largest prefix any rank handed over, so no thread is left inside a
+ * collective that its peers never join, and then returns the error; tensor contents are
+ * unspecified after that step, and the fusion can be used again.
+ * Registration (count and sizes) is checked across ranks once, at the first ready or wait.
  */
 #include "collectives.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +42,6 @@ typedef struct {
     size_t elems;
     int unready;          /* tensors not yet ready this step */
     float *buf;           /* packing buffer; NULL when the bucket is one tensor */
-    MPI_Request *req;
-    int nreq;
-    bool launched;
 } bucket;
 
 struct mt_fusion {
@@ -48,14 +52,106 @@ struct mt_fusion {
     int nt, tcap;
     bucket *b;
     int nb, bcap;
-    int next_launch;
-    bool checked, broken;
+    bool checked;
     int status;           /* first local error of this step, and its message */
     char status_msg[MT__MSG_LEN];
     uint64_t sig;
+    /* hand-over to the communication thread (all under lock) */
+    bool threaded, quit;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int handed, claimed, done; /* buckets [0, handed) given to the thread, [0, claimed)
+                                  taken by it, [0, done) reduced, this step */
+    bool closing;         /* the wait reduces what the thread has not taken */
+    int thread_rc;
+    char thread_msg[MT__MSG_LEN];
 };
 
 static size_t fusion_chunk = INT_MAX;
+
+static float *bucket_data(const mt_fusion *f, const bucket *b)
+{
+    return b->buf ? b->buf : f->t[b->first].ptr;
+}
+
+/* Pack and sum one bucket across ranks (blocking). */
+static int reduce_bucket(mt_fusion *f, bucket *b)
+{
+    int rc = MT_OK;
+    for (int k = b->first; k < b->first + b->n && b->buf; k++)
+        if (f->t[k].count)
+            memcpy(b->buf + f->t[k].offset, f->t[k].ptr, f->t[k].count * sizeof(float));
+    float *data = bucket_data(f, b);
+    for (size_t off = 0; off < b->elems; off += fusion_chunk) {
+        size_t n = b->elems - off < fusion_chunk ? b->elems - off : fusion_chunk;
+        MT__MPI(MPI_Allreduce(MPI_IN_PLACE, data + off, (int)n, MPI_FLOAT, MPI_SUM, f->data),
+                out);
+    }
+out:
+    return rc;
+}
+
+static void *comm_thread(void *arg)
+{
+    mt_fusion *f = arg;
+    pthread_mutex_lock(&f->lock);
+    for (;;) {
+        while (!f->quit && (f->closing || f->claimed == f->handed))
+            pthread_cond_wait(&f->cond, &f->lock);
+        if (f->quit)
+            break;
+        bucket *b = &f->b[f->claimed++];
+        pthread_mutex_unlock(&f->lock);
+        int rc = reduce_bucket(f, b);
+        pthread_mutex_lock(&f->lock);
+        if (rc && !f->thread_rc) {
+            f->thread_rc = rc;
+            snprintf(f->thread_msg, sizeof f->thread_msg, "%s", mt_last_error());
+        }
+        f->done++;
+        pthread_cond_broadcast(&f->cond);
+    }
+    pthread_mutex_unlock(&f->lock);
+    return NULL;
+}
+
+/* Give buckets [handed, upto) to the thread. */
+static void hand_over(mt_fusion *f, int upto)
+{
+    pthread_mutex_lock(&f->lock);
+    if (upto > f->handed) {
+        f->handed = upto;
+        pthread_cond_broadcast(&f->cond);
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* The wait's side: stop the thread taking more, let it finish what it took, then reduce
+ * [that, upto) here, in bucket order, so nothing waits on a thread wake-up. */
+static void finish(mt_fusion *f, int upto)
+{
+    int from = 0;
+    if (f->threaded) {
+        pthread_mutex_lock(&f->lock);
+        f->closing = true;
+        while (f->done < f->claimed)
+            pthread_cond_wait(&f->cond, &f->lock);
+        from = f->claimed;
+        pthread_mutex_unlock(&f->lock);
+    }
+    for (int i = from; i < upto; i++) {
+        int rc = reduce_bucket(f, &f->b[i]);
+        if (rc && !f->thread_rc) {
+            f->thread_rc = rc;
+            snprintf(f->thread_msg, sizeof f->thread_msg, "%s", mt_last_error());
+        }
+    }
+    pthread_mutex_lock(&f->lock);
+    f->handed = f->claimed = f->done = 0;
+    f->closing = false;
+    pthread_mutex_unlock(&f->lock);
+}
 
 int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
 {
@@ -77,7 +173,16 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
     f->comm = c;
     f->data = MPI_COMM_NULL;
     f->bucket_elems = bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1;
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->cond, NULL);
     MT__MPI(MPI_Comm_dup(c->comm, &f->data), fail);
+    int level = 0;
+    MPI_Query_thread(&level);
+    if (level >= MPI_THREAD_MULTIPLE) {
+        MT__CHECK(pthread_create(&f->thread, NULL, comm_thread, f) == 0, MT_ENOMEM, fail,
+                  "cannot start the fusion's communication thread");
+        f->threaded = true;
+    }
     *out = f;
     return MT_OK;
 fail:
@@ -85,25 +190,28 @@ fail:
     return rc;
 }
 
-static void free_buckets(mt_fusion *f)
-{
-    for (int i = 0; i < f->nb; i++) {
-        free(f->b[i].buf);
-        free(f->b[i].req);
-    }
-    free(f->b);
-    f->b = NULL;
-    f->nb = f->bcap = 0;
-}
-
 void mt_fusion_destroy(mt_fusion **fp)
 {
     if (!fp || !*fp)
         return;
     mt_fusion *f = *fp;
+    if (f->threaded) {
+        pthread_mutex_lock(&f->lock); /* a step left without its wait: finish what was taken */
+        f->closing = true;
+        while (f->done < f->claimed)
+            pthread_cond_wait(&f->cond, &f->lock);
+        f->quit = true;
+        pthread_cond_broadcast(&f->cond);
+        pthread_mutex_unlock(&f->lock);
+        pthread_join(f->thread, NULL);
+    }
+    pthread_mutex_destroy(&f->lock);
+    pthread_cond_destroy(&f->cond);
     if (f->data != MPI_COMM_NULL)
         MPI_Comm_free(&f->data);
-    free_buckets(f);
+    for (int i = 0; i < f->nb; i++)
+        free(f->b[i].buf);
+    free(f->b);
     free(f->t);
     free(f);
     *fp = NULL;
@@ -158,77 +266,24 @@ int mt_fusion_add(mt_fusion *f, float *tensor_ptr, size_t count)
     return idx;
 }
 
-/* Buffers and per-step counters, once the layout is final. */
-static int prepare(mt_fusion *f)
-{
-    for (int i = 0; i < f->nb; i++) {
-        bucket *b = &f->b[i];
-        b->nreq = (int)((b->elems + fusion_chunk - 1) / fusion_chunk);
-        b->req = calloc((size_t)(b->nreq ? b->nreq : 1), sizeof *b->req);
-        if (b->n > 1 && b->elems)
-            b->buf = malloc(b->elems * sizeof(float));
-        if (!b->req || (b->n > 1 && b->elems && !b->buf))
-            return mt__error(MT_ENOMEM, "out of memory for fusion buckets (%zu floats)",
-                             b->elems);
-        b->unready = b->n;
-    }
-    return MT_OK;
-}
-
-/* Collective, once: every rank registered the same tensors. */
+/* Collective, once: every rank registered the same tensors; buffers for the layout. */
 static int check_registration(mt_fusion *f)
 {
+    int rc = MT_OK;
     size_t elems = 0;
-    for (int i = 0; i < f->nt; i++)
-        elems += f->t[i].count;
-    int rc = prepare(f);
+    for (int i = 0; i < f->nb && !rc; i++) {
+        bucket *b = &f->b[i];
+        elems += b->elems;
+        b->unready = b->n;
+        if (b->n > 1 && b->elems && !(b->buf = malloc(b->elems * sizeof(float))))
+            rc = mt__error(MT_ENOMEM, "out of memory for a fusion bucket of %zu floats",
+                           b->elems);
+    }
     mt__call call;
-    mt__call_init(&call, MT__CALL_FUSION, f->sig, "fusion-check(tensors=%d, floats=%zu, "
-                  "buckets=%d)", f->nt, elems, f->nb);
+    mt__call_init(&call, MT__CALL_FUSION_CHECK, elems, f->nt, f->nb);
+    call.sig = mt__sig_mix(call.sig, f->sig);
     rc = mt__agree(f->comm, &call, rc, NULL);
-    f->checked = true;
-    if (rc)
-        f->broken = true;
-    return rc;
-}
-
-static float *bucket_data(const mt_fusion *f, const bucket *b)
-{
-    return b->buf ? b->buf : f->t[b->first].ptr;
-}
-
-static int launch(mt_fusion *f, bucket *b)
-{
-    int rc = MT_OK;
-    for (int k = b->first; k < b->first + b->n && b->buf; k++)
-        if (f->t[k].count)
-            memcpy(b->buf + f->t[k].offset, f->t[k].ptr, f->t[k].count * sizeof(float));
-    float *data = bucket_data(f, b);
-    for (int r = 0; r < b->nreq; r++) {
-        size_t off = (size_t)r * fusion_chunk;
-        size_t n = b->elems - off < fusion_chunk ? b->elems - off : fusion_chunk;
-        MT__MPI(MPI_Iallreduce(MPI_IN_PLACE, data + off, (int)n, MPI_FLOAT, MPI_SUM, f->data,
-                               &b->req[r]), out);
-    }
-    b->launched = true;
-out:
-    return rc;
-}
-
-/* Start every complete bucket that is next in order; let started ones progress. */
-static int launch_in_order(mt_fusion *f)
-{
-    int rc = MT_OK;
-    while (f->next_launch < f->nb && f->b[f->next_launch].unready == 0) {
-        rc = launch(f, &f->b[f->next_launch++]);
-        if (rc)
-            return rc;
-    }
-    for (int i = 0; i < f->next_launch; i++) { /* progress (Open MPI has no async thread) */
-        int done;
-        if (f->b[i].nreq)
-            MPI_Testall(f->b[i].nreq, f->b[i].req, &done, MPI_STATUSES_IGNORE);
-    }
+    f->checked = rc == MT_OK;
     return rc;
 }
 
@@ -236,76 +291,77 @@ int mt_fusion_ready(mt_fusion *f, int index)
 {
     if (!f)
         return mt__error(MT_EINVAL, "mt_fusion_ready: fusion is NULL");
-    if (f->broken)
-        return mt__error(MT_EINVAL, "mt_fusion_ready: this fusion failed earlier; create a new one");
-    if (!f->checked) {
-        int rc = check_registration(f);
-        if (rc)
-            return rc;
-    }
-    int rc = MT_OK;
+    int rc = f->checked ? MT_OK : check_registration(f);
+    if (rc)
+        return rc;
     if (index < 0 || index >= f->nt)
         rc = mt__error(MT_EINVAL, "mt_fusion_ready: index %d is not a tensor (have %d)", index,
                        f->nt);
     else if (f->t[index].ready)
         rc = mt__error(MT_EINVAL, "mt_fusion_ready: tensor %d marked ready twice in one step",
                        index);
-    if (!rc) {
-        f->t[index].ready = true;
-        f->b[f->t[index].bucket].unready--;
-        rc = launch_in_order(f);
+    if (rc) {
+        if (!f->status) { /* reported to every rank by mt_fusion_wait */
+            f->status = rc;
+            snprintf(f->status_msg, sizeof f->status_msg, "%s", mt_last_error());
+        }
+        return rc;
     }
-    if (rc && !f->status) { /* reported to every rank by mt_fusion_wait */
-        f->status = rc;
-        snprintf(f->status_msg, sizeof f->status_msg, "%s", mt_last_error());
-    }
-    return rc;
+    f->t[index].ready = true;
+    f->b[f->t[index].bucket].unready--;
+    int upto = f->handed;
+    while (upto < f->nb - 1 && f->b[upto].unready == 0) /* the last bucket: the wait's */
+        upto++;
+    if (upto > f->handed && f->threaded) /* without a thread, the wait reduces */
+        hand_over(f, upto);
+    return MT_OK;
 }
 
 int mt_fusion_wait(mt_fusion *f)
 {
     if (!f)
         return mt__error(MT_EINVAL, "mt_fusion_wait: fusion is NULL");
-    if (f->broken)
-        return mt__error(MT_EINVAL, "mt_fusion_wait: this fusion failed earlier; create a new one");
-    if (!f->checked) {
-        int rc = check_registration(f);
-        if (rc)
-            return rc;
-    }
+    int rc = f->checked ? MT_OK : check_registration(f);
+    if (rc)
+        return rc;
     mt__call call;
-    mt__call_init(&call, MT__CALL_FUSION, f->sig, "fusion-wait(tensors=%d)", f->nt);
+    mt__call_init(&call, MT__CALL_FUSION_WAIT, 0, f->nt, 0);
+    call.sig = mt__sig_mix(call.sig, f->sig);
     if (f->status)
         mt__error_set_text(f->status_msg);
-    int rc = mt__agree(f->comm, &call, f->status, NULL);
-    if (rc) {
-        f->broken = true; /* some ranks may have reductions in flight that others never started */
-        return rc;
+    int64_t handed = f->handed;
+    rc = mt__agree_max(f->comm, &call, f->status, NULL, &handed);
+    int upto = rc ? (int)handed : f->nb; /* on error: only what some rank already started */
+    char msg[MT__MSG_LEN];
+    snprintf(msg, sizeof msg, "%s", mt_last_error());
+    finish(f, upto);
+    if (!rc && f->thread_rc) {
+        rc = f->thread_rc;
+        snprintf(msg, sizeof msg, "%s", f->thread_msg);
     }
-    for (int i = 0; i < f->nb; i++)
-        f->b[i].unready = 0;
-    rc = launch_in_order(f);
     float scale = 1.0f / (float)f->comm->size;
     for (int i = 0; i < f->nb && !rc; i++) {
         bucket *b = &f->b[i];
-        MT__MPI(MPI_Waitall(b->nreq, b->req, MPI_STATUSES_IGNORE), out);
-        float *data = bucket_data(f, b);
-        for (size_t k = 0; k < b->elems; k++)
-            data[k] *= scale;
-        for (int k = b->first; k < b->first + b->n && b->buf; k++)
-            if (f->t[k].count)
-                memcpy(f->t[k].ptr, b->buf + f->t[k].offset, f->t[k].count * sizeof(float));
+        if (!b->buf) {
+            float *data = bucket_data(f, b);
+            for (size_t k = 0; k < b->elems; k++)
+                data[k] *= scale;
+            continue;
+        }
+        for (int k = b->first; k < b->first + b->n; k++) {
+            const float *src = b->buf + f->t[k].offset;
+            float *dst = f->t[k].ptr;
+            for (size_t e = 0; e < f->t[k].count; e++) /* unpack and average in one pass */
+                dst[e] = src[e] * scale;
+        }
     }
-out:
     for (int i = 0; i < f->nt; i++)
         f->t[i].ready = false;
-    for (int i = 0; i < f->nb; i++) {
+    for (int i = 0; i < f->nb; i++)
         f->b[i].unready = f->b[i].n;
-        f->b[i].launched = false;
-    }
-    f->next_launch = 0;
+    f->status = f->thread_rc = MT_OK;
     if (rc)
-        f->broken = true;
+        mt__error_set_text(msg);
     return rc;
 }
 

@@ -43,9 +43,9 @@ static MPI_Datatype mpi_type(mt_dtype t)
     return MPI_DATATYPE_NULL;
 }
 
-static const char *dtype_name(mt_dtype t)
+const char *mt__dtype_name(int t)
 {
-    switch (t) {
+    switch ((mt_dtype)t) {
     case MT_U8: return "u8";
     case MT_I32: return "i32";
     case MT_I64: return "i64";
@@ -55,9 +55,9 @@ static const char *dtype_name(mt_dtype t)
     return "bad-dtype";
 }
 
-static const char *op_name(mt_op op)
+const char *mt__op_name(int op)
 {
-    switch (op) {
+    switch ((mt_op)op) {
     case MT_SUM: return "sum";
     case MT_MEAN: return "mean";
     case MT_MIN: return "min";
@@ -103,9 +103,7 @@ int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op)
     if (!rc && mpi_op(op) == MPI_OP_NULL)
         rc = mt__error(MT_EINVAL, "mt_allreduce: unknown op %d", (int)op);
     mt__call call;
-    uint64_t sig = mt__sig_mix(mt__sig_mix(mt__sig_mix(0, count), (uint64_t)t), (uint64_t)op);
-    mt__call_init(&call, MT__CALL_ALLREDUCE, sig, "allreduce(count=%zu, %s, %s)", count,
-                  dtype_name(t), op_name(op));
+    mt__call_init(&call, MT__CALL_ALLREDUCE, count, t, op);
     rc = mt__agree(c, &call, rc, NULL);
     if (rc)
         return rc;
@@ -128,9 +126,7 @@ int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root)
         rc = mt__error(MT_EINVAL, "mt_broadcast: root %d is not a rank of this %d-rank job",
                        root, c->size);
     mt__call call;
-    uint64_t sig = mt__sig_mix(mt__sig_mix(mt__sig_mix(0, count), (uint64_t)t), (uint64_t)root);
-    mt__call_init(&call, MT__CALL_BROADCAST, sig, "broadcast(count=%zu, %s, root=%d)", count,
-                  dtype_name(t), root);
+    mt__call_init(&call, MT__CALL_BROADCAST, count, t, root);
     rc = mt__agree(c, &call, rc, NULL);
     if (rc)
         return rc;
@@ -170,9 +166,7 @@ int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dt
     if (!rc && count > 0 && !recv)
         rc = mt__error(MT_EINVAL, "mt_allgather: NULL receive buffer with count %zu", count);
     mt__call call;
-    uint64_t sig = mt__sig_mix(mt__sig_mix(0, count), (uint64_t)t);
-    mt__call_init(&call, MT__CALL_ALLGATHER, sig, "allgather(count=%zu, %s)", count,
-                  dtype_name(t));
+    mt__call_init(&call, MT__CALL_ALLGATHER, count, t, 0);
     rc = mt__agree(c, &call, rc, NULL);
     if (rc || count == 0)
         return rc;
@@ -192,7 +186,7 @@ out:
 int mt__barrier(mt__comm *c)
 {
     mt__call call;
-    mt__call_init(&call, MT__CALL_BARRIER, 0, "barrier");
+    mt__call_init(&call, MT__CALL_BARRIER, 0, 0, 0);
     /* the agreement is itself a full synchronisation */
     return mt__agree(c, &call, MT_OK, NULL);
 }

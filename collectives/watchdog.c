@@ -32,13 +32,13 @@ static struct {
     int waiting;
     uint64_t seq;
     double entered, left;
-    char desc[MT__DESC_LEN];
-} here = {.lock = PTHREAD_MUTEX_INITIALIZER, .desc = "(no collective yet)"};
+    mt__call call;
+} here = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 void mt__watch_enter(const mt__call *call, uint64_t seq)
 {
     pthread_mutex_lock(&here.lock);
-    memcpy(here.desc, call->desc, sizeof here.desc);
+    here.call = *call;
     here.seq = seq;
     here.entered = mt__now();
     here.waiting = 1;
@@ -62,8 +62,12 @@ static void snapshot(beat *b)
     b->seq = here.seq;
     b->waited_s = here.waiting ? now - here.entered : 0;
     b->since_last_s = here.left > 0 ? now - here.left : 0;
-    memcpy(b->desc, here.desc, sizeof b->desc);
+    mt__call call = here.call;
     pthread_mutex_unlock(&here.lock);
+    if (call.kind == MT__CALL_NONE)
+        snprintf(b->desc, sizeof b->desc, "(no collective yet)");
+    else
+        mt__call_describe(&call, b->desc, sizeof b->desc);
 }
 
 struct mt__watchdog {

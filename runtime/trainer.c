@@ -189,7 +189,7 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     if (rc)
         return rc; /* an MPI failure in MPI_Comm_dup: nothing to agree on */
     mt__call begin;
-    mt__call_init(&begin, MT__CALL_FIT_BEGIN, 0, "fit-begin");
+    mt__call_init(&begin, MT__CALL_FIT_BEGIN, 0, 0, 0);
     rc = mt__agree(ctx->comm, &begin, check_setup(t, ctx), &who);
     if (!rc)
         rc = agree_name(t, ctx);

@@ -180,7 +180,7 @@ static void test_agree_all_ok(void)
 {
     mt__comm *c = test_comm();
     mt__call call;
-    mt__call_init(&call, MT__CALL_TEST, 7, "test(7)");
+    mt__call_init(&call, MT__CALL_TEST, 7, 0, 0);
     mt__winner who;
     MT_ASSERT_INT_EQ(mt__agree(c, &call, MT_OK, &who), MT_OK);
     MT_ASSERT_INT_EQ(who.rank, -1);
@@ -192,7 +192,7 @@ static void test_agree_only_rank1_fails(void)
 {
     mt__comm *c = test_comm();
     mt__call call;
-    mt__call_init(&call, MT__CALL_TEST, 0, "test");
+    mt__call_init(&call, MT__CALL_TEST, 0, 0, 0);
     int status = MT_OK;
     if (c->rank == victim())
         status = mt__error(MT_EIO, "cannot read /data/x.h5 on rank %d", c->rank);
@@ -219,7 +219,7 @@ static void test_agree_all_fail_lowest_wins(void)
 {
     mt__comm *c = test_comm();
     mt__call call;
-    mt__call_init(&call, MT__CALL_TEST, 0, "test");
+    mt__call_init(&call, MT__CALL_TEST, 0, 0, 0);
     int codes[] = {MT_EFORMAT, MT_EIO, MT_ENOTFOUND, MT_ENOMEM};
     int status = mt__error(codes[c->rank % 4], "problem %d", c->rank);
     mt__winner who;

@@ -1,0 +1,228 @@
+/*
+ * bench_collectives.c -- the allreduce, fusion and overlap suites of mpitrain-bench.
+ *
+ * Each figure is the median of several repetitions; raw and mpitrain measurements
+ * alternate within a repetition so drift in the machine affects both alike.
+ */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Seconds per call of fn, median over reps, each rep `iters` calls after a barrier. */
+typedef void (*op_fn)(bench *b, void *arg);
+
+static double time_op(bench *b, op_fn fn, void *arg, int iters)
+{
+    MPI_Barrier(b->raw);
+    double t0 = bench_now();
+    for (int i = 0; i < iters; i++)
+        fn(b, arg);
+    return (bench_now() - t0) / iters;
+}
+
+typedef struct {
+    float *buf;
+    size_t count;
+    int rc;
+} ar_arg;
+
+static void raw_allreduce(bench *b, void *arg)
+{
+    ar_arg *a = arg;
+    MPI_Allreduce(MPI_IN_PLACE, a->buf, (int)a->count, MPI_FLOAT, MPI_SUM, b->raw);
+}
+
+static void mt_allreduce_op(bench *b, void *arg)
+{
+    ar_arg *a = arg;
+    int rc = mt_allreduce(b->ctx, a->buf, a->count, MT_F32, MT_SUM);
+    if (rc && !a->rc)
+        a->rc = rc;
+}
+
+int bench_allreduce(bench *b)
+{
+    size_t max_bytes = b->quick ? (size_t)4 << 20 : (size_t)64 << 20;
+    int reps = b->quick ? 3 : 5;
+    float *buf = calloc(max_bytes / sizeof(float), sizeof(float));
+    if (!buf)
+        return MT_ENOMEM;
+    bench_say(b, "%10s %10s %10s %10s %7s %10s %9s %9s\n", "bytes", "raw_us", "mt_us",
+              "mt_max_us", "ratio", "extra_us", "algbw", "busbw");
+    double worst_big = 0;
+    ar_arg a = {.buf = buf};
+    size_t step = b->quick ? 4 : 2;
+    for (size_t bytes = 4; bytes <= max_bytes; bytes *= step) {
+        a.count = bytes / sizeof(float);
+        size_t target = b->quick ? (size_t)32 << 20 : (size_t)256 << 20;
+        int iters = (int)(target / bytes);
+        iters = iters > 1000 ? 1000 : iters < 5 ? 5 : iters;
+        if (b->quick && iters > 200)
+            iters = 200;
+        time_op(b, raw_allreduce, &a, iters / 10 + 1); /* warm-up */
+        time_op(b, mt_allreduce_op, &a, iters / 10 + 1);
+        double raw[8], mt[8];
+        for (int r = 0; r < reps; r++) {
+            raw[r] = time_op(b, raw_allreduce, &a, iters);
+            mt[r] = time_op(b, mt_allreduce_op, &a, iters);
+        }
+        double raw_t = bench_median(raw, reps), mt_t = bench_median(mt, reps);
+        double raw_avg, mt_avg, mt_max;
+        bench_over_ranks(b, raw_t, NULL, &raw_avg, NULL);
+        bench_over_ranks(b, mt_t, NULL, &mt_avg, &mt_max);
+        double ratio = mt_avg / raw_avg;
+        double algbw = (double)bytes / mt_avg / 1e9;
+        double busbw = algbw * 2.0 * (b->size - 1) / b->size;
+        if (bytes >= 65536 && ratio > worst_big)
+            worst_big = ratio;
+        bench_say(b, "%10zu %10.2f %10.2f %10.2f %7.3f %10.2f %9.3f %9.3f\n", bytes,
+                  raw_avg * 1e6, mt_avg * 1e6, mt_max * 1e6, ratio, (mt_avg - raw_avg) * 1e6,
+                  algbw, busbw);
+        bench_json(b, "allreduce",
+                   "\"bytes\": %zu, \"iters\": %d, \"raw_us\": %.3f, \"mt_us\": %.3f, "
+                   "\"mt_max_us\": %.3f, \"ratio\": %.4f, \"algbw_GBps\": %.4f, "
+                   "\"busbw_GBps\": %.4f", bytes, iters, raw_avg * 1e6, mt_avg * 1e6,
+                   mt_max * 1e6, ratio, algbw, busbw);
+    }
+    if (worst_big > 0)
+        bench_say(b, "budget: mt_allreduce <= 1.05x raw at >= 64 KiB: worst %.3fx (%s)\n",
+                  worst_big, worst_big <= 1.05 ? "met" : "NOT met");
+    free(buf);
+    return a.rc;
+}
+
+typedef struct {
+    float **t;
+    int n;
+    size_t count;
+    mt_fusion *f;
+    int rc;
+} fusion_arg;
+
+static void raw_per_tensor(bench *b, void *arg)
+{
+    fusion_arg *a = arg;
+    for (int i = 0; i < a->n; i++)
+        MPI_Allreduce(MPI_IN_PLACE, a->t[i], (int)a->count, MPI_FLOAT, MPI_SUM, b->raw);
+}
+
+static void fused(bench *b, void *arg)
+{
+    fusion_arg *a = arg;
+    for (int i = 0; i < a->n; i++) {
+        int rc = mt_fusion_ready(a->f, i);
+        if (rc && !a->rc)
+            a->rc = rc;
+    }
+    int rc = mt_fusion_wait(a->f);
+    if (rc && !a->rc)
+        a->rc = rc;
+}
+
+int bench_fusion(bench *b)
+{
+    size_t sizes[] = {1024, 4096, 16384, 65536};
+    int nsizes = b->quick ? 2 : 4, reps = b->quick ? 3 : 5, rc = MT_OK;
+    bench_say(b, "%10s %8s %12s %12s %9s\n", "tensor_B", "tensors", "separate_us", "fused_us",
+              "speedup");
+    for (int s = 0; s < nsizes && !rc; s++) {
+        size_t count = (b->quick && s == 1 ? sizes[2] : sizes[s]) / sizeof(float);
+        fusion_arg a = {.n = 256, .count = count};
+        a.t = calloc(256, sizeof *a.t);
+        for (int i = 0; i < 256; i++)
+            a.t[i] = calloc(count, sizeof(float));
+        rc = mt_fusion_create(b->ctx, 0, &a.f);
+        for (int i = 0; i < 256 && !rc; i++)
+            if (mt_fusion_add(a.f, a.t[i], count) < 0)
+                rc = MT_EINVAL;
+        int iters = count * 4 <= 4096 ? 40 : 10;
+        if (!rc) {
+            fused(b, &a); /* registration check + warm-up */
+            raw_per_tensor(b, &a);
+            double raw[8], fu[8];
+            for (int r = 0; r < reps; r++) {
+                raw[r] = time_op(b, raw_per_tensor, &a, iters);
+                fu[r] = time_op(b, fused, &a, iters);
+            }
+            double raw_avg, fu_avg;
+            bench_over_ranks(b, bench_median(raw, reps), NULL, &raw_avg, NULL);
+            bench_over_ranks(b, bench_median(fu, reps), NULL, &fu_avg, NULL);
+            bench_say(b, "%10zu %8d %12.1f %12.1f %8.1fx\n", count * 4, 256, raw_avg * 1e6,
+                      fu_avg * 1e6, raw_avg / fu_avg);
+            bench_json(b, "fusion", "\"tensor_bytes\": %zu, \"tensors\": 256, "
+                       "\"separate_us\": %.3f, \"fused_us\": %.3f, \"speedup\": %.3f",
+                       count * 4, raw_avg * 1e6, fu_avg * 1e6, raw_avg / fu_avg);
+            if (s == 0)
+                bench_say(b, "budget: fused >= 10x faster at 256 x 1 KiB: %.1fx (%s)\n",
+                          raw_avg / fu_avg, raw_avg / fu_avg >= 10 ? "met" : "NOT met");
+            rc = a.rc;
+        }
+        mt_fusion_destroy(&a.f);
+        for (int i = 0; i < 256; i++)
+            free(a.t[i]);
+        free(a.t);
+    }
+    return rc;
+}
+
+/* One layer's backward: touch every element a few times. */
+static void compute(float *t, size_t n, int passes)
+{
+    for (int p = 0; p < passes; p++)
+        for (size_t i = 0; i < n; i++)
+            t[i] = t[i] * 0.999f + 0.001f;
+}
+
+int bench_overlap(bench *b)
+{
+    int layers = 8, passes = 6, reps = b->quick ? 3 : 5, rc = MT_OK;
+    size_t count = b->quick ? (size_t)1 << 19 : (size_t)1 << 21; /* 2 or 8 MiB a layer */
+    float **t = calloc((size_t)layers, sizeof *t);
+    for (int l = 0; l < layers; l++)
+        t[l] = calloc(count, sizeof(float));
+    mt_fusion *f = NULL;
+    rc = mt_fusion_create(b->ctx, count * sizeof(float), &f); /* a bucket per layer */
+    for (int l = 0; l < layers && !rc; l++)
+        if (mt_fusion_add(f, t[l], count) < 0)
+            rc = MT_EINVAL;
+    double serial[8], overlapped[8], comm_only[8], compute_only[8];
+    for (int r = 0; r < reps && !rc; r++) {
+        MPI_Barrier(b->raw);
+        double t0 = bench_now();
+        for (int l = 0; l < layers; l++)
+            compute(t[l], count, passes);
+        compute_only[r] = bench_now() - t0;
+        rc = mt_fusion_wait(f);
+        serial[r] = bench_now() - t0;
+        comm_only[r] = serial[r] - compute_only[r];
+        MPI_Barrier(b->raw);
+        t0 = bench_now();
+        for (int l = 0; l < layers && !rc; l++) {
+            compute(t[l], count, passes);
+            rc = mt_fusion_ready(f, l);
+        }
+        if (!rc)
+            rc = mt_fusion_wait(f);
+        overlapped[r] = bench_now() - t0;
+    }
+    if (!rc) {
+        double s, o, c, k;
+        bench_over_ranks(b, bench_median(serial, reps), NULL, &s, NULL);
+        bench_over_ranks(b, bench_median(overlapped, reps), NULL, &o, NULL);
+        bench_over_ranks(b, bench_median(comm_only, reps), NULL, &c, NULL);
+        bench_over_ranks(b, bench_median(compute_only, reps), NULL, &k, NULL);
+        double hidden = c > 0 ? (s - o) / c : 0;
+        bench_say(b, "%d layers x %zu floats: compute %.1f ms, then reduce %.1f ms = %.1f ms; "
+                     "with ready() during compute %.1f ms (%.0f%% of the reduction hidden)\n",
+                  layers, count, k * 1e3, c * 1e3, s * 1e3, o * 1e3, hidden * 100);
+        bench_json(b, "overlap", "\"layers\": %d, \"floats_per_layer\": %zu, "
+                   "\"compute_ms\": %.3f, \"serial_ms\": %.3f, \"overlapped_ms\": %.3f, "
+                   "\"hidden_fraction\": %.4f", layers, count, k * 1e3, s * 1e3, o * 1e3, hidden);
+    }
+    mt_fusion_destroy(&f);
+    for (int l = 0; l < layers; l++)
+        free(t[l]);
+    free(t);
+    return rc;
+}
