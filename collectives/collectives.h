@@ -18,6 +18,8 @@
     XX(BARRIER, "barrier")                                                    \
     XX(FUSION_CHECK, "fusion-check")                                          \
     XX(FUSION_WAIT, "fusion-wait")                                            \
+    XX(DATA_OPEN, "dataset-open")                                             \
+    XX(EPOCH, "begin-epoch")                                                  \
     XX(INTERNAL, "internal")                                                  \
     XX(TEST, "test")
 
@@ -48,8 +50,6 @@ void mt__call_init(mt__call *call, int kind, uint64_t n, int64_t x, int64_t y);
 void mt__call_describe(const mt__call *call, char *buf, size_t len);
 /* Mix v into a signature. */
 uint64_t mt__sig_mix(uint64_t h, uint64_t v);
-const char *mt__dtype_name(int dtype);
-const char *mt__op_name(int op);
 
 typedef struct mt__comm {
     MPI_Comm comm;   /* private duplicate, MPI_ERRORS_RETURN */

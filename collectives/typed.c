@@ -19,18 +19,6 @@ void mt__set_chunk_elems(size_t n)
     chunk_elems = n > 0 && n <= INT_MAX ? n : INT_MAX;
 }
 
-size_t mt_dtype_size(mt_dtype t)
-{
-    switch (t) {
-    case MT_U8: return 1;
-    case MT_I32: return 4;
-    case MT_I64: return 8;
-    case MT_F32: return 4;
-    case MT_F64: return 8;
-    }
-    return 0;
-}
-
 static MPI_Datatype mpi_type(mt_dtype t)
 {
     switch (t) {
@@ -41,29 +29,6 @@ static MPI_Datatype mpi_type(mt_dtype t)
     case MT_F64: return MPI_DOUBLE;
     }
     return MPI_DATATYPE_NULL;
-}
-
-const char *mt__dtype_name(int t)
-{
-    switch ((mt_dtype)t) {
-    case MT_U8: return "u8";
-    case MT_I32: return "i32";
-    case MT_I64: return "i64";
-    case MT_F32: return "f32";
-    case MT_F64: return "f64";
-    }
-    return "bad-dtype";
-}
-
-const char *mt__op_name(int op)
-{
-    switch ((mt_op)op) {
-    case MT_SUM: return "sum";
-    case MT_MEAN: return "mean";
-    case MT_MIN: return "min";
-    case MT_MAX: return "max";
-    }
-    return "bad-op";
 }
 
 static MPI_Op mpi_op(mt_op op)

@@ -53,6 +53,9 @@ int mt__mpi_error(int mpi_code, const char *what);
 /* strdup that records MT_ENOMEM; NULL in gives NULL out. */
 char *mt__strdup(const char *s);
 
+const char *mt__dtype_name(int dtype);
+const char *mt__op_name(int op);
+
 /* Wall-clock seconds (monotonic). */
 double mt__now(void);
 

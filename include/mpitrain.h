@@ -216,9 +216,66 @@ MT_EXTERN const char *mt_run_dir(const mt_context *c);
 /* A private duplicate of the workers' communicator, errors returned (MPI_ERRORS_RETURN). */
 MT_EXTERN MPI_Comm mt_comm(const mt_context *c);
 
+typedef enum { MT_U8 = 1, MT_I32, MT_I64, MT_F32, MT_F64 } mt_dtype;
+
+/* ---------------------------------------------------------------- data
+ *
+ * A dataset is an HDF5 group whose member datasets ("columns") share their first
+ * dimension (rows): /train/x (60000 x 28 x 28, uint8) and /train/y (60000, uint8).
+ * Datasets in data.datasets_to_split (default: all) are split into equal contiguous row
+ * ranges, one per rank (the remainder is dropped and counted); others are read whole by
+ * every rank. Every rank gets the same number of batches per epoch.
+ *
+ *   mt_shard *s; mt_get_dataset_shard(ctx, "train", &s);        // collective
+ *   mt_iter_options o = {.batch_size = 64, .shuffle = true, .seed = 1};
+ *   for (int epoch = 0; epoch < 10; epoch++) {
+ *       mt_shard_begin_epoch(s, epoch, &o);                      // collective
+ *       const mt_batch *b;
+ *       while ((rc = mt_shard_next(s, &b)) == 1) {
+ *           const uint8_t *x = mt_batch_column(b, "x", MT_U8);   // rows x 784
+ *           const float *y = mt_batch_column(b, "y", MT_F32);   // converted
+ *       }
+ *   }
+ */
+typedef struct mt_shard mt_shard;   /* owned by the context; lives until fit returns */
+typedef struct mt_batch mt_batch;   /* borrowed; valid until the next mt_shard_next */
+
+/* batch_size: 0 = 32.  shuffle: a seeded permutation per epoch, the same on every rank,
+ * at block granularity over the whole dataset, plus a shuffle inside each in-memory
+ * window.  drop_last: leave out the last, smaller batch. */
+typedef struct {
+    size_t batch_size;
+    bool shuffle;
+    uint64_t seed;
+    bool drop_last;
+} mt_iter_options;
+
+/* Local, before fit. h5_group is the group's path in the file ("/train"). */
+MT_EXTERN int mt_trainer_add_dataset(mt_trainer *t, const char *name, const char *h5_file,
+                                     const char *h5_group);
+/* Collective. Opens the file with MPI-IO on the workers' communicator; a missing file,
+ * group or column, mismatched row counts, non-numeric columns, zero rows or more ranks
+ * than rows is the same error on every rank, naming the file, group and column. */
+MT_EXTERN int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out);
+/* Local. Rows this rank sees per epoch; rows dropped from the split (same on every rank). */
+MT_EXTERN int64_t mt_shard_rows(const mt_shard *s);
+MT_EXTERN int64_t mt_shard_dropped_rows(const mt_shard *s);
+MT_EXTERN int mt_shard_num_columns(const mt_shard *s);
+MT_EXTERN const char *mt_shard_column_name(const mt_shard *s, int i);
+/* Local. A column's shape with dims[0] = rows per epoch on this rank; its stored dtype. */
+MT_EXTERN int mt_shard_column_shape(const mt_shard *s, const char *column, int *ndim,
+                                    size_t dims[8], mt_dtype *stored);
+/* Collective. Starts an epoch (the batch count is agreed across ranks). */
+MT_EXTERN int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o);
+/* Local. 1 = *out is the next batch; 0 = the epoch is done; < 0 = error. */
+MT_EXTERN int mt_shard_next(mt_shard *s, const mt_batch **out);
+MT_EXTERN size_t mt_batch_rows(const mt_batch *b);
+/* Local. The column's rows in C order (rows x row elements), converted to `as`; NULL with
+ * mt_last_error() set for an unknown column. Valid until the next mt_shard_next. */
+MT_EXTERN const void *mt_batch_column(const mt_batch *b, const char *column, mt_dtype as);
+
 /* ---------------------------------------------------------------- collectives */
 
-typedef enum { MT_U8 = 1, MT_I32, MT_I64, MT_F32, MT_F64 } mt_dtype;
 typedef enum { MT_SUM = 0, MT_MEAN, MT_MIN, MT_MAX } mt_op;
 
 /* Local. Bytes per element of t; 0 for an unknown type. */

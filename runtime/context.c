@@ -84,6 +84,7 @@ void mt__context_destroy(mt_context **cp)
     mt_context *c = *cp;
     if (current == c)
         current = NULL;
+    mt__shards_close(c);
     mt__comm_destroy(&c->comm);
     free(c->name);
     free(c->run_dir);

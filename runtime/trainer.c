@@ -21,6 +21,8 @@ struct mt_trainer {
     mt_trainer_config cfg; /* strings below are owned copies */
     char *name, *storage_path, *score_attribute;
     char **split;
+    mt__dataset_spec *specs;
+    int nspecs;
 };
 
 struct mt_result {
@@ -95,8 +97,43 @@ void mt_trainer_destroy(mt_trainer **tp)
         for (size_t i = 0; t->split[i]; i++)
             free(t->split[i]);
     free(t->split);
+    for (int i = 0; i < t->nspecs; i++) {
+        free(t->specs[i].name);
+        free(t->specs[i].file);
+        free(t->specs[i].group);
+    }
+    free(t->specs);
     free(t);
     *tp = NULL;
+}
+
+int mt_trainer_add_dataset(mt_trainer *t, const char *name, const char *h5_file,
+                           const char *h5_group)
+{
+    if (!t || !name || !*name || !h5_file || !*h5_file || !h5_group || !*h5_group)
+        return mt__error(MT_EINVAL, "mt_trainer_add_dataset: trainer, name, file and group "
+                                    "must be given");
+    for (int i = 0; i < t->nspecs; i++)
+        if (!strcmp(t->specs[i].name, name))
+            return mt__error(MT_EINVAL, "mt_trainer_add_dataset: dataset '%s' is already "
+                                        "registered (%s:%s)", name, t->specs[i].file,
+                             t->specs[i].group);
+    mt__dataset_spec *grown = realloc(t->specs, (size_t)(t->nspecs + 1) * sizeof *grown);
+    if (!grown)
+        return mt__error(MT_ENOMEM, "out of memory registering dataset %s", name);
+    t->specs = grown;
+    mt__dataset_spec *d = &t->specs[t->nspecs];
+    d->name = mt__strdup(name);
+    d->file = mt__strdup(h5_file);
+    d->group = mt__strdup(h5_group);
+    if (!d->name || !d->file || !d->group) {
+        free(d->name);
+        free(d->file);
+        free(d->group);
+        return mt__error(MT_ENOMEM, "out of memory registering dataset %s", name);
+    }
+    t->nspecs++;
+    return MT_OK;
 }
 
 /* Local checks before training: config, worker count, CPUs. */
@@ -190,6 +227,10 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
         return rc; /* an MPI failure in MPI_Comm_dup: nothing to agree on */
     mt__call begin;
     mt__call_init(&begin, MT__CALL_FIT_BEGIN, 0, 0, 0);
+    ctx->verbose = t->cfg.run.verbose;
+    ctx->data = t->cfg.data;
+    ctx->specs = t->specs;
+    ctx->nspecs = t->nspecs;
     rc = mt__agree(ctx->comm, &begin, check_setup(t, ctx), &who);
     if (!rc)
         rc = agree_name(t, ctx);

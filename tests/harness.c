@@ -9,6 +9,8 @@
 #include <string.h>
 
 static int rank, size = 1;
+void (*mt_test_before)(void);
+void (*mt_test_after)(void);
 
 int mt_test_rank(void) { return rank; }
 int mt_test_size(void) { return size; }
@@ -31,6 +33,8 @@ int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests,
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         MPI_Comm_size(MPI_COMM_WORLD, &size);
     }
+    if (mt_test_before)
+        mt_test_before();
     const char *only = argc > 1 ? argv[1] : NULL; /* run one test by name */
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
@@ -58,6 +62,8 @@ int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests,
         failures = total;
     }
     CU_cleanup_registry();
+    if (mt_test_after)
+        mt_test_after();
     if (mpi)
         mt_finalize();
     return failures ? 1 : 0;

@@ -20,6 +20,9 @@ typedef struct {
 } mt_test;
 
 int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests, bool mpi);
+/* Optional: run after MPI is up and before it goes down (fixtures). */
+extern void (*mt_test_before)(void);
+extern void (*mt_test_after)(void);
 
 /* MPI suites: this process's rank and the job's size. */
 int mt_test_rank(void);
@@ -38,7 +41,7 @@ int mt_test_size(void);
 #define MT_ASSERT_STR_CONTAINS(hay, needle)                                   \
     do {                                                                      \
         const char *mt_h_ = (hay), *mt_n_ = (needle);                         \
-        char mt_m_[1024];                                                     \
+        char mt_m_[2048];                                                     \
         snprintf(mt_m_, sizeof mt_m_, "%s contains \"%s\" (got \"%.700s\") [rank %d]", #hay, \
                  mt_n_, mt_h_ ? mt_h_ : "(null)", mt_test_rank());            \
         CU_assertImplementation(mt_h_ && strstr(mt_h_, mt_n_) != NULL, __LINE__, mt_m_, \
@@ -48,7 +51,7 @@ int mt_test_size(void);
 #define MT_ASSERT_STR_EQ(a, b)                                                \
     do {                                                                      \
         const char *mt_a_ = (a), *mt_b_ = (b);                                \
-        char mt_m_[1024];                                                     \
+        char mt_m_[2048];                                                     \
         snprintf(mt_m_, sizeof mt_m_, "%s == %s (\"%.400s\" vs \"%.400s\") [rank %d]", #a, #b, \
                  mt_a_ ? mt_a_ : "(null)", mt_b_ ? mt_b_ : "(null)", mt_test_rank()); \
         CU_assertImplementation(mt_a_ && mt_b_ && !strcmp(mt_a_, mt_b_), __LINE__, mt_m_, \

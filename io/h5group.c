@@ -1,0 +1,274 @@
+/*
+ * h5group.c -- a dataset is an HDF5 group whose member datasets ("columns") share their
+ * first dimension (rows). Opened with the MPI-IO driver and collective metadata reads, so
+ * rank 0 reads the metadata once and every rank sees the same answer: a problem with the
+ * file is the same error on every rank, and the caller's agreement keeps them together.
+ */
+#include "io.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static pthread_mutex_t h5_lock = PTHREAD_MUTEX_INITIALIZER;
+#define LOCK() pthread_mutex_lock(&h5_lock)
+#define UNLOCK() pthread_mutex_unlock(&h5_lock)
+
+static void quiet_hdf5(void)
+{
+    static bool done;
+    if (!done) {
+        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+        done = true;
+    }
+}
+
+static hid_t native(mt_dtype t)
+{
+    switch (t) {
+    case MT_U8: return H5T_NATIVE_UINT8;
+    case MT_I32: return H5T_NATIVE_INT32;
+    case MT_I64: return H5T_NATIVE_INT64;
+    case MT_F32: return H5T_NATIVE_FLOAT;
+    case MT_F64: return H5T_NATIVE_DOUBLE;
+    }
+    return H5I_INVALID_HID;
+}
+
+int mt__h5_precheck(const char *file)
+{
+    if (access(file, F_OK) != 0)
+        return mt__error(MT_ENOTFOUND, "%s: no such file", file);
+    if (access(file, R_OK) != 0)
+        return mt__error(MT_EIO, "%s: not readable: %s", file, strerror(errno));
+    LOCK();
+    quiet_hdf5();
+    htri_t ok = H5Fis_hdf5(file);
+    UNLOCK();
+    if (ok <= 0)
+        return mt__error(MT_EFORMAT, "%s: not an HDF5 file", file);
+    return MT_OK;
+}
+
+/* The memory dtype for a column's file type; 0 when not numeric. */
+static mt_dtype pick_dtype(hid_t ftype, char *why, size_t len)
+{
+    H5T_class_t cls = H5Tget_class(ftype);
+    size_t size = H5Tget_size(ftype);
+    if (cls == H5T_INTEGER) {
+        bool is_signed = H5Tget_sign(ftype) == H5T_SGN_2;
+        if (size == 1 && !is_signed)
+            return MT_U8;
+        if (size < 4 || (size == 4 && is_signed))
+            return MT_I32;
+        if (size <= 8)
+            return MT_I64;
+    } else if (cls == H5T_FLOAT) {
+        return size <= 4 ? MT_F32 : MT_F64;
+    }
+    static const char *names[] = {"integer", "float", "time", "string", "bitfield", "opaque",
+                                  "compound", "reference", "enum", "variable-length", "array"};
+    snprintf(why, len, "%s", cls >= 0 && cls <= 10 ? names[cls] : "unknown");
+    return 0;
+}
+
+static int open_column(mt__h5group *g, hid_t grp, const char *name, mt__column *c)
+{
+    char where[1024];
+    snprintf(where, sizeof where, "%s:%s/%s", g->file, g->group, name);
+    H5O_info_t info;
+    if (H5Oget_info_by_name(grp, name, &info, H5P_DEFAULT) < 0)
+        return mt__error(MT_EFORMAT, "%s: cannot read object info", where);
+    if (info.type != H5O_TYPE_DATASET)
+        return mt__error(MT_EFORMAT, "%s: is not a dataset (every member of a dataset group "
+                                     "must be a column)", where);
+    c->name = mt__strdup(name);
+    c->dset = H5Dopen2(grp, name, H5P_DEFAULT);
+    if (!c->name || c->dset < 0)
+        return mt__error(MT_EFORMAT, "%s: cannot open dataset", where);
+    hid_t ft = H5Dget_type(c->dset), sp = H5Dget_space(c->dset);
+    char why[32] = "";
+    c->dtype = pick_dtype(ft, why, sizeof why);
+    int nd = H5Sget_simple_extent_ndims(sp);
+    int rc = MT_OK;
+    if (!c->dtype)
+        rc = mt__error(MT_EFORMAT, "%s: column type is %s, not numeric (need integers or "
+                                   "floats)", where, why);
+    else if (nd < 1 || nd > 8)
+        rc = mt__error(MT_EFORMAT, "%s: has %d dimensions (need 1 to 8, rows first)", where, nd);
+    else {
+        c->ndim = nd;
+        H5Sget_simple_extent_dims(sp, c->dims, NULL);
+        c->row_elems = 1;
+        for (int d = 1; d < nd; d++)
+            c->row_elems *= c->dims[d];
+    }
+    H5Tclose(ft);
+    H5Sclose(sp);
+    return rc;
+}
+
+static int open_columns(mt__h5group *g, hid_t grp)
+{
+    H5G_info_t gi;
+    if (H5Gget_info(grp, &gi) < 0)
+        return mt__error(MT_EFORMAT, "%s:%s: cannot read the group", g->file, g->group);
+    if (gi.nlinks == 0)
+        return mt__error(MT_EFORMAT, "%s:%s: the group is empty (a dataset needs at least one "
+                                     "column)", g->file, g->group);
+    g->cols = calloc(gi.nlinks, sizeof *g->cols);
+    if (!g->cols)
+        return mt__error(MT_ENOMEM, "out of memory listing %s:%s", g->file, g->group);
+    for (hsize_t i = 0; i < gi.nlinks; i++) {
+        char name[256];
+        if (H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name,
+                               H5P_DEFAULT) < 0)
+            return mt__error(MT_EFORMAT, "%s:%s: cannot read member %llu", g->file, g->group,
+                             (unsigned long long)i);
+        g->cols[g->ncols].dset = H5I_INVALID_HID;
+        int rc = open_column(g, grp, name, &g->cols[g->ncols++]);
+        if (rc)
+            return rc;
+    }
+    g->rows = (int64_t)g->cols[0].dims[0];
+    for (int i = 1; i < g->ncols; i++)
+        if ((int64_t)g->cols[i].dims[0] != g->rows)
+            return mt__error(MT_EFORMAT, "%s:%s: columns have different row counts: %s has "
+                             "%lld rows, %s has %llu", g->file, g->group, g->cols[0].name,
+                             (long long)g->rows, g->cols[i].name,
+                             (unsigned long long)g->cols[i].dims[0]);
+    if (g->rows == 0)
+        return mt__error(MT_EFORMAT, "%s:%s: the dataset has zero rows", g->file, g->group);
+    return MT_OK;
+}
+
+int mt__h5group_open(MPI_Comm comm, const char *file, const char *group, mt__h5group **out)
+{
+    int rc = MT_OK;
+    *out = NULL;
+    mt__h5group *g = calloc(1, sizeof *g);
+    if (!g)
+        return mt__error(MT_ENOMEM, "out of memory opening %s", file);
+    g->fid = H5I_INVALID_HID;
+    g->file = mt__strdup(file);
+    g->group = mt__strdup(group);
+    const char *mode = getenv("MT_IO_COLLECTIVE");
+    g->collective = mode && !strcmp(mode, "1");
+    LOCK();
+    quiet_hdf5();
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), grp = H5I_INVALID_HID;
+    H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+    H5Pset_all_coll_metadata_ops(fapl, true);
+    g->fid = H5Fopen(file, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (!g->file || !g->group)
+        rc = mt__error(MT_ENOMEM, "out of memory opening %s", file);
+    else if (g->fid < 0)
+        rc = mt__error(MT_EFORMAT, "%s: cannot open as HDF5 with MPI-IO", file);
+    else if (H5Lexists(g->fid, group, H5P_DEFAULT) <= 0)
+        rc = mt__error(MT_ENOTFOUND, "%s: no group %s", file, group);
+    else if ((grp = H5Gopen2(g->fid, group, H5P_DEFAULT)) < 0)
+        rc = mt__error(MT_EFORMAT, "%s:%s: is not a group (a dataset is a group of columns)",
+                       file, group);
+    else
+        rc = open_columns(g, grp);
+    if (grp >= 0)
+        H5Gclose(grp);
+    UNLOCK();
+    if (rc)
+        mt__h5group_close(&g);
+    *out = g;
+    return rc;
+}
+
+void mt__h5group_close(mt__h5group **gp)
+{
+    if (!gp || !*gp)
+        return;
+    mt__h5group *g = *gp;
+    LOCK();
+    for (int i = 0; i < g->ncols; i++) {
+        if (g->cols[i].dset >= 0)
+            H5Dclose(g->cols[i].dset);
+        free(g->cols[i].name);
+    }
+    if (g->fid >= 0)
+        H5Fclose(g->fid);
+    UNLOCK();
+    free(g->cols);
+    free(g->file);
+    free(g->group);
+    free(g);
+    *gp = NULL;
+}
+
+int mt__h5group_read(mt__h5group *g, int col, const mt__run *runs, int nruns, void *dst)
+{
+    mt__column *c = &g->cols[col];
+    int rc = MT_OK;
+    LOCK();
+    hid_t fs = H5Dget_space(c->dset);
+    hsize_t start[8] = {0}, count[8], total = 0;
+    for (int d = 1; d < c->ndim; d++)
+        count[d] = c->dims[d];
+    H5Sselect_none(fs);
+    for (int i = 0; i < nruns; i++) {
+        if (runs[i].count == 0)
+            continue;
+        start[0] = (hsize_t)runs[i].start;
+        count[0] = (hsize_t)runs[i].count;
+        total += count[0];
+        H5Sselect_hyperslab(fs, H5S_SELECT_OR, start, NULL, count, NULL);
+    }
+    hsize_t melems = total * c->row_elems;
+    hid_t ms = H5Screate_simple(1, &melems, NULL);
+    if (total == 0)
+        H5Sselect_none(ms);
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    H5Pset_dxpl_mpio(dxpl, g->collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT);
+    /* a union of hyperslabs reads in file order; runs are given in increasing order by the
+     * caller when the order matters */
+    if (H5Dread(c->dset, native(c->dtype), ms, fs, dxpl, dst) < 0)
+        rc = mt__error(MT_EIO, "%s:%s/%s: read of %llu rows failed", g->file, g->group,
+                       c->name, (unsigned long long)total);
+    H5Pclose(dxpl);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    UNLOCK();
+    return rc;
+}
+
+#define CONVERT(TO, FROM)                                                     \
+    do {                                                                      \
+        TO *d_ = dst;                                                         \
+        const FROM *s_ = src;                                                 \
+        for (size_t i_ = 0; i_ < n; i_++)                                     \
+            d_[i_] = (TO)s_[i_];                                              \
+    } while (0)
+
+#define CONVERT_FROM(TO)                                                      \
+    switch (from) {                                                           \
+    case MT_U8: CONVERT(TO, uint8_t); break;                                  \
+    case MT_I32: CONVERT(TO, int32_t); break;                                 \
+    case MT_I64: CONVERT(TO, int64_t); break;                                 \
+    case MT_F32: CONVERT(TO, float); break;                                   \
+    case MT_F64: CONVERT(TO, double); break;                                  \
+    }
+
+void mt__convert(void *dst, mt_dtype to, const void *src, mt_dtype from, size_t n)
+{
+    if (to == from) {
+        memcpy(dst, src, n * mt_dtype_size(to));
+        return;
+    }
+    switch (to) {
+    case MT_U8: CONVERT_FROM(uint8_t); break;
+    case MT_I32: CONVERT_FROM(int32_t); break;
+    case MT_I64: CONVERT_FROM(int64_t); break;
+    case MT_F32: CONVERT_FROM(float); break;
+    case MT_F64: CONVERT_FROM(double); break;
+    }
+}

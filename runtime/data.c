@@ -1,0 +1,618 @@
+/*
+ * data.c -- dataset shards: the split plan, per-epoch block shuffling, windows with
+ * read-ahead, and batches.
+ *
+ * Invariants:
+ * - Every rank computes the same plan and the same block permutation from (seed, epoch)
+ *   without communication, so a row is read by exactly one rank per epoch (split
+ *   datasets) and all ranks get the same number of batches; mt_shard_begin_epoch's
+ *   agreement checks that count anyway, so an uneven shard is an error, not a hang.
+ * - Reads stay contiguous: a rank's rows are whole runs of blocks of the file.
+ * - A window holds W rows (a multiple of the batch size, so batches never straddle two
+ *   windows). A shard that fits data.memory_limit is one window; a larger one is streamed
+ *   in windows of about half the limit, and a thread reads the next window while the
+ *   caller consumes the current one, so memory stays near two windows.
+ */
+#include "runtime.h"
+#include "../io/io.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mt_batch {
+    mt_shard *s;
+    size_t rows;
+    size_t first;           /* first row inside the window */
+    void **gathered;        /* per column: rows gathered through the permutation */
+    bool *have_gathered;
+    void **conv;            /* per column and dtype (5 each): converted copies */
+    bool *have_conv;
+};
+
+typedef struct {
+    void **cols;            /* per column: W rows in the column's dtype */
+    int64_t rows;           /* rows held */
+    int64_t index;          /* window number in the epoch */
+    int rc;
+    char msg[MT__MSG_LEN];
+} window;
+
+struct mt_shard {
+    mt_context *ctx;
+    char *name;
+    mt__h5group *g;
+    bool split;
+    int64_t rows, dropped;  /* per epoch on this rank; dropped from the split */
+    size_t row_bytes;       /* all columns of one row */
+    size_t memory_limit;
+    /* the epoch */
+    bool in_epoch;
+    mt_iter_options opt;
+    int epoch;
+    mt__run *runs;          /* this rank's rows in epoch order */
+    int nruns;
+    int64_t W, nwindows;
+    window win[2];          /* current, and the one being read ahead */
+    int cur;
+    uint32_t *perm;         /* order inside the current window */
+    int64_t next_row;       /* inside the current window */
+    int64_t batches_left;
+    mt_batch batch;
+    /* read-ahead */
+    bool ahead_running;
+    pthread_t ahead;
+    struct ahead_job {
+        mt_shard *s;
+        window *w;
+        int64_t k;
+    } job;
+};
+
+/* ------------------------------------------------------------ random numbers */
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t below(uint64_t *x, uint64_t n)
+{
+    return splitmix(x) % n; /* bias is negligible for n << 2^64 */
+}
+
+/* ------------------------------------------------------------ plan */
+
+static bool is_split(const mt_data_config *d, const char *name)
+{
+    if (!d->datasets_to_split)
+        return true;
+    for (size_t i = 0; d->datasets_to_split[i]; i++)
+        if (!strcmp(d->datasets_to_split[i], name))
+            return true;
+    return false;
+}
+
+/* Rows of a block: about 1 MiB, and at least 16 blocks per rank when rows allow. */
+static int64_t block_rows(const mt_shard *s)
+{
+    int64_t n = s->g->rows, p = s->split ? s->ctx->world_size : 1;
+    int64_t by_bytes = (int64_t)((1u << 20) / (s->row_bytes ? s->row_bytes : 1));
+    int64_t by_count = n / (16 * p);
+    int64_t b = by_bytes < by_count ? by_bytes : by_count;
+    return b > 0 ? b : 1;
+}
+
+/* This rank's runs for the epoch: positions [lo, lo + rows) of the (permuted) sequence of
+ * blocks. Adjacent runs that touch in the file are merged. */
+static int plan_epoch(mt_shard *s)
+{
+    int64_t n = s->g->rows, B = block_rows(s), nblocks = (n + B - 1) / B;
+    int64_t *order = malloc((size_t)nblocks * sizeof *order);
+    free(s->runs);
+    s->runs = malloc((size_t)(nblocks + 2) * sizeof *s->runs);
+    if (!order || !s->runs) {
+        free(order);
+        return mt__error(MT_ENOMEM, "out of memory planning an epoch of %s", s->name);
+    }
+    for (int64_t i = 0; i < nblocks; i++)
+        order[i] = i;
+    if (s->opt.shuffle) {
+        uint64_t x = s->opt.seed * 0x100000001b3ULL ^ (uint64_t)s->epoch;
+        for (int64_t i = nblocks - 1; i > 0; i--) {
+            int64_t j = (int64_t)below(&x, (uint64_t)i + 1), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+    }
+    int64_t lo = s->split ? (int64_t)s->ctx->world_rank * s->rows : 0, hi = lo + s->rows;
+    int64_t pos = 0;
+    s->nruns = 0;
+    for (int64_t i = 0; i < nblocks && pos < hi; i++) {
+        int64_t start = order[i] * B, len = start + B > n ? n - start : B;
+        int64_t a = pos > lo ? pos : lo, b = pos + len < hi ? pos + len : hi;
+        if (a < b) {
+            mt__run r = {start + (a - pos), b - a};
+            mt__run *last = s->nruns ? &s->runs[s->nruns - 1] : NULL;
+            if (last && last->start + last->count == r.start)
+                last->count += r.count;
+            else
+                s->runs[s->nruns++] = r;
+        }
+        pos += len;
+    }
+    free(order);
+    return MT_OK;
+}
+
+/* The runs covering window k: positions [k*W, k*W + rows) of this rank's sequence. */
+static int window_runs(const mt_shard *s, int64_t k, mt__run **out, int *nout)
+{
+    int64_t lo = k * s->W, hi = lo + s->W < s->rows ? lo + s->W : s->rows, pos = 0;
+    mt__run *r = malloc((size_t)(s->nruns ? s->nruns : 1) * sizeof *r);
+    if (!r)
+        return mt__error(MT_ENOMEM, "out of memory reading %s", s->name);
+    int n = 0;
+    for (int i = 0; i < s->nruns && pos < hi; i++) {
+        int64_t a = pos > lo ? pos : lo, b = pos + s->runs[i].count < hi ? pos + s->runs[i].count : hi;
+        if (a < b)
+            r[n++] = (mt__run){s->runs[i].start + (a - pos), b - a};
+        pos += s->runs[i].count;
+    }
+    /* a union of hyperslabs is read in file order: sort the runs the same way */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && r[j - 1].start > r[j].start; j--) {
+            mt__run t = r[j];
+            r[j] = r[j - 1];
+            r[j - 1] = t;
+        }
+    *out = r;
+    *nout = n;
+    return MT_OK;
+}
+
+static int read_window(mt_shard *s, window *w, int64_t k)
+{
+    mt__run *runs = NULL;
+    int n = 0;
+    int rc = window_runs(s, k, &runs, &n);
+    w->rows = 0;
+    for (int i = 0; i < n; i++)
+        w->rows += runs[i].count;
+    for (int c = 0; c < s->g->ncols && !rc; c++)
+        rc = mt__h5group_read(s->g, c, runs, n, w->cols[c]);
+    free(runs);
+    w->index = k;
+    w->rc = rc;
+    if (rc)
+        snprintf(w->msg, sizeof w->msg, "%s", mt_last_error());
+    return rc;
+}
+
+static void *read_ahead(void *arg)
+{
+    struct ahead_job *j = arg;
+    read_window(j->s, j->w, j->k);
+    return NULL;
+}
+
+static void join_ahead(mt_shard *s)
+{
+    if (s->ahead_running) {
+        pthread_join(s->ahead, NULL);
+        s->ahead_running = false;
+    }
+}
+
+static void start_ahead(mt_shard *s, int64_t k)
+{
+    window *w = &s->win[1 - s->cur];
+    if (k >= s->nwindows)
+        return;
+    if (s->g->collective) { /* collective MPI-IO: every rank's main thread, in order */
+        read_window(s, w, k);
+        return;
+    }
+    s->job = (struct ahead_job){s, w, k};
+    if (pthread_create(&s->ahead, NULL, read_ahead, &s->job) == 0)
+        s->ahead_running = true;
+    else
+        read_window(s, w, k);
+}
+
+static void free_windows(mt_shard *s)
+{
+    join_ahead(s);
+    for (int i = 0; i < 2; i++) {
+        if (s->win[i].cols)
+            for (int c = 0; c < s->g->ncols; c++)
+                free(s->win[i].cols[c]);
+        free(s->win[i].cols);
+        s->win[i].cols = NULL;
+    }
+    mt_batch *b = &s->batch;
+    if (b->gathered)
+        for (int c = 0; c < s->g->ncols; c++)
+            free(b->gathered[c]);
+    if (b->conv)
+        for (int c = 0; c < s->g->ncols * 5; c++)
+            free(b->conv[c]);
+    free(b->gathered);
+    free(b->have_gathered);
+    free(b->conv);
+    free(b->have_conv);
+    memset(b, 0, sizeof *b);
+    free(s->perm);
+    s->perm = NULL;
+}
+
+static int alloc_windows(mt_shard *s)
+{
+    int nc = s->g->ncols, sets = s->nwindows > 1 ? 2 : 1;
+    for (int i = 0; i < sets; i++) {
+        s->win[i].cols = calloc((size_t)nc, sizeof(void *));
+        if (!s->win[i].cols)
+            return mt__error(MT_ENOMEM, "out of memory for %s", s->name);
+        for (int c = 0; c < nc; c++) {
+            const mt__column *col = &s->g->cols[c];
+            size_t bytes = (size_t)s->W * col->row_elems * mt_dtype_size(col->dtype);
+            if (!(s->win[i].cols[c] = malloc(bytes ? bytes : 1)))
+                return mt__error(MT_ENOMEM, "out of memory for a window of %s (%zu bytes)",
+                                 s->name, bytes);
+        }
+    }
+    mt_batch *b = &s->batch;
+    b->s = s;
+    b->gathered = calloc((size_t)nc, sizeof(void *));
+    b->have_gathered = calloc((size_t)nc, sizeof(bool));
+    b->conv = calloc((size_t)nc * 5, sizeof(void *));
+    b->have_conv = calloc((size_t)nc * 5, sizeof(bool));
+    s->perm = malloc((size_t)s->W * sizeof *s->perm);
+    if (!b->gathered || !b->have_gathered || !b->conv || !b->have_conv || !s->perm)
+        return mt__error(MT_ENOMEM, "out of memory for batches of %s", s->name);
+    return MT_OK;
+}
+
+/* Make window k current: wait for its read-ahead, start the next one, shuffle its order. */
+static int enter_window(mt_shard *s, int64_t k)
+{
+    if (k == 0) {
+        s->cur = 0;
+        if (read_window(s, &s->win[0], 0))
+            return s->win[0].rc;
+    } else {
+        join_ahead(s);
+        s->cur = 1 - s->cur;
+        if (s->win[s->cur].rc) {
+            mt__error_set_text(s->win[s->cur].msg);
+            return s->win[s->cur].rc;
+        }
+    }
+    start_ahead(s, k + 1);
+    window *w = &s->win[s->cur];
+    for (int64_t i = 0; i < w->rows; i++)
+        s->perm[i] = (uint32_t)i;
+    if (s->opt.shuffle) {
+        uint64_t x = (s->opt.seed + 0x51ed27ULL) * 0x9e3779b97f4a7c15ULL ^
+                     ((uint64_t)s->epoch << 32) ^ ((uint64_t)s->ctx->world_rank << 16) ^
+                     (uint64_t)k;
+        for (int64_t i = w->rows - 1; i > 0; i--) {
+            int64_t j = (int64_t)below(&x, (uint64_t)i + 1);
+            uint32_t t = s->perm[i];
+            s->perm[i] = s->perm[j];
+            s->perm[j] = t;
+        }
+    }
+    s->next_row = 0;
+    return MT_OK;
+}
+
+/* ------------------------------------------------------------ public */
+
+static void shard_free(mt_shard *s)
+{
+    if (!s)
+        return;
+    if (s->g)
+        free_windows(s);
+    mt__h5group_close(&s->g);
+    free(s->runs);
+    free(s->name);
+    free(s);
+}
+
+void mt__shards_close(mt_context *c)
+{
+    for (int i = 0; i < c->nshards; i++)
+        shard_free(c->shards[i]);
+    free(c->shards);
+    c->shards = NULL;
+    c->nshards = 0;
+}
+
+static const mt__dataset_spec *find_spec(const mt_context *c, const char *name)
+{
+    for (int i = 0; i < c->nspecs; i++)
+        if (!strcmp(c->specs[i].name, name))
+            return &c->specs[i];
+    return NULL;
+}
+
+static void describe(const mt_shard *s)
+{
+    char cols[1024];
+    size_t n = 0;
+    for (int i = 0; i < s->g->ncols && n < sizeof cols - 64; i++) {
+        const mt__column *c = &s->g->cols[i];
+        n += (size_t)snprintf(cols + n, sizeof cols - n, "%s%s (", i ? ", " : "", c->name);
+        for (int d = 1; d < c->ndim; d++)
+            n += (size_t)snprintf(cols + n, sizeof cols - n, "%s%llu", d > 1 ? "x" : "",
+                                  (unsigned long long)c->dims[d]);
+        n += (size_t)snprintf(cols + n, sizeof cols - n, "%s%s)", c->ndim > 1 ? " " : "",
+                              mt__dtype_name(c->dtype));
+    }
+    printf("mpitrain: dataset %s: %s:%s, %lld rows, columns %s; ", s->name, s->g->file,
+           s->g->group, (long long)s->g->rows, cols);
+    if (s->split)
+        printf("split over %d ranks: %lld rows each, %lld dropped\n", s->ctx->world_size,
+               (long long)s->rows, (long long)s->dropped);
+    else
+        printf("read whole by every rank\n");
+    fflush(stdout);
+}
+
+static int open_shard(mt_context *c, const mt__dataset_spec *spec, mt_shard **out)
+{
+    mt__call call;
+    mt__call_init(&call, MT__CALL_DATA_OPEN, 0, 0, 0);
+    int rc = mt__agree(c->comm, &call, mt__h5_precheck(spec->file), NULL);
+    if (rc)
+        return rc;
+    mt_shard *s = calloc(1, sizeof *s);
+    if (s) {
+        s->ctx = c;
+        s->name = mt__strdup(spec->name);
+        s->split = is_split(&c->data, spec->name);
+        s->memory_limit = c->data.memory_limit;
+    }
+    rc = !s || !s->name ? mt__error(MT_ENOMEM, "out of memory opening %s", spec->name)
+                        : mt__h5group_open(c->comm->comm, spec->file, spec->group, &s->g);
+    if (!rc) {
+        int64_t n = s->g->rows, p = c->world_size;
+        for (int i = 0; i < s->g->ncols; i++)
+            s->row_bytes += s->g->cols[i].row_elems * mt_dtype_size(s->g->cols[i].dtype);
+        s->rows = s->split ? n / p : n;
+        s->dropped = s->split ? n % p : 0;
+        if (s->rows == 0)
+            rc = mt__error(MT_EINVAL, "%s:%s: %lld rows cannot be split over %lld ranks "
+                           "(more ranks than rows)", spec->file, spec->group, (long long)n,
+                           (long long)p);
+    }
+    rc = mt__agree(c->comm, &call, rc, NULL);
+    if (rc) {
+        shard_free(s);
+        return rc;
+    }
+    if (c->world_rank == 0 && c->verbose >= 1)
+        describe(s);
+    *out = s;
+    return MT_OK;
+}
+
+int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out)
+{
+    if (!c || !out)
+        return mt__error(MT_EINVAL, "mt_get_dataset_shard: NULL argument");
+    *out = NULL;
+    const mt__dataset_spec *spec = name ? find_spec(c, name) : NULL;
+    int rc = MT_OK;
+    if (!spec) {
+        char known[512] = "";
+        size_t n = 0;
+        for (int i = 0; i < c->nspecs && n < sizeof known - 64; i++)
+            n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "",
+                                  c->specs[i].name);
+        rc = mt__error(MT_ENOTFOUND, "no dataset named '%s' (registered: %s)",
+                       name ? name : "(null)", n ? known : "none");
+    }
+    for (int i = 0; !rc && i < c->nshards; i++)
+        if (!strcmp(c->shards[i]->name, name)) {
+            *out = c->shards[i];
+            mt__call call;
+            mt__call_init(&call, MT__CALL_DATA_OPEN, 1, 0, 0);
+            return mt__agree(c->comm, &call, MT_OK, NULL);
+        }
+    if (rc) { /* still meet the others in the open's first agreement */
+        mt__call call;
+        mt__call_init(&call, MT__CALL_DATA_OPEN, 0, 0, 0);
+        return mt__agree(c->comm, &call, rc, NULL);
+    }
+    mt_shard *s = NULL;
+    rc = open_shard(c, spec, &s);
+    if (rc)
+        return rc;
+    mt_shard **grown = realloc(c->shards, (size_t)(c->nshards + 1) * sizeof *grown);
+    if (!grown) {
+        shard_free(s);
+        return mt__error(MT_ENOMEM, "out of memory keeping a shard");
+    }
+    c->shards = grown;
+    c->shards[c->nshards++] = s;
+    *out = s;
+    return MT_OK;
+}
+
+int64_t mt_shard_rows(const mt_shard *s) { return s ? s->rows : 0; }
+int64_t mt_shard_dropped_rows(const mt_shard *s) { return s ? s->dropped : 0; }
+int mt_shard_num_columns(const mt_shard *s) { return s ? s->g->ncols : 0; }
+
+const char *mt_shard_column_name(const mt_shard *s, int i)
+{
+    return s && i >= 0 && i < s->g->ncols ? s->g->cols[i].name : NULL;
+}
+
+static int column_index(const mt_shard *s, const char *column)
+{
+    for (int i = 0; column && i < s->g->ncols; i++)
+        if (!strcmp(s->g->cols[i].name, column))
+            return i;
+    return -1;
+}
+
+int mt_shard_column_shape(const mt_shard *s, const char *column, int *ndim, size_t dims[8],
+                          mt_dtype *stored)
+{
+    if (!s)
+        return mt__error(MT_EINVAL, "mt_shard_column_shape: shard is NULL");
+    int i = column_index(s, column);
+    if (i < 0)
+        return mt__error(MT_ENOTFOUND, "dataset %s has no column '%s'", s->name,
+                         column ? column : "(null)");
+    const mt__column *c = &s->g->cols[i];
+    if (ndim)
+        *ndim = c->ndim;
+    if (dims) {
+        dims[0] = (size_t)s->rows;
+        for (int d = 1; d < c->ndim; d++)
+            dims[d] = (size_t)c->dims[d];
+    }
+    if (stored)
+        *stored = c->dtype;
+    return MT_OK;
+}
+
+int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
+{
+    if (!s)
+        return mt__error(MT_EINVAL, "mt_shard_begin_epoch: shard is NULL");
+    mt_iter_options opt = o ? *o : (mt_iter_options){0};
+    if (!opt.batch_size)
+        opt.batch_size = 32;
+    int rc = MT_OK;
+    if (epoch < 0)
+        rc = mt__error(MT_EINVAL, "mt_shard_begin_epoch: epoch must be >= 0 (got %d)", epoch);
+    free_windows(s);
+    s->in_epoch = false;
+    s->opt = opt;
+    s->epoch = epoch;
+    int64_t bs = (int64_t)opt.batch_size;
+    int64_t batches = opt.drop_last ? s->rows / bs : (s->rows + bs - 1) / bs;
+    if (!rc) {
+        /* one window when the shard fits the limit, else windows of about half of it */
+        int64_t fit = (int64_t)(s->memory_limit / (s->row_bytes ? s->row_bytes : 1));
+        int64_t W = s->rows <= fit ? s->rows : fit / 2;
+        W = W / bs * bs;
+        s->W = W > bs ? W : bs;
+        if (s->W > UINT32_MAX)
+            s->W = (int64_t)UINT32_MAX / bs * bs;
+        s->nwindows = (s->rows + s->W - 1) / s->W;
+        rc = plan_epoch(s);
+    }
+    if (!rc)
+        rc = alloc_windows(s);
+    mt__call call;
+    mt__call_init(&call, MT__CALL_EPOCH, (uint64_t)batches, epoch, (int64_t)opt.batch_size);
+    call.sig = mt__sig_mix(mt__sig_mix(call.sig, opt.seed), (uint64_t)opt.shuffle);
+    rc = mt__agree(s->ctx->comm, &call, rc, NULL);
+    if (!rc)
+        rc = enter_window(s, 0);
+    if (rc) {
+        free_windows(s);
+        return rc;
+    }
+    s->batches_left = batches;
+    s->in_epoch = true;
+    return MT_OK;
+}
+
+int mt_shard_next(mt_shard *s, const mt_batch **out)
+{
+    if (!s || !out)
+        return mt__error(MT_EINVAL, "mt_shard_next: NULL argument");
+    *out = NULL;
+    if (!s->in_epoch)
+        return mt__error(MT_EINVAL, "mt_shard_next: %s: call mt_shard_begin_epoch first",
+                         s->name);
+    if (s->batches_left == 0) {
+        s->in_epoch = false;
+        join_ahead(s);
+        return 0;
+    }
+    window *w = &s->win[s->cur];
+    if (s->next_row >= w->rows) {
+        int rc = enter_window(s, w->index + 1);
+        if (rc)
+            return rc;
+        w = &s->win[s->cur];
+    }
+    mt_batch *b = &s->batch;
+    int64_t left = w->rows - s->next_row;
+    b->first = (size_t)s->next_row;
+    b->rows = (size_t)(left < (int64_t)s->opt.batch_size ? left : (int64_t)s->opt.batch_size);
+    memset(b->have_gathered, 0, (size_t)s->g->ncols * sizeof(bool));
+    memset(b->have_conv, 0, (size_t)s->g->ncols * 5 * sizeof(bool));
+    s->next_row += (int64_t)b->rows;
+    s->batches_left--;
+    *out = b;
+    return 1;
+}
+
+size_t mt_batch_rows(const mt_batch *b)
+{
+    return b ? b->rows : 0;
+}
+
+const void *mt_batch_column(const mt_batch *cb, const char *column, mt_dtype as)
+{
+    if (!cb) {
+        mt__error(MT_EINVAL, "mt_batch_column: batch is NULL");
+        return NULL;
+    }
+    mt_batch *b = (mt_batch *)cb; /* the batch caches conversions; it is the shard's own */
+    mt_shard *s = b->s;
+    int c = column_index(s, column);
+    if (c < 0) {
+        mt__error(MT_ENOTFOUND, "dataset %s has no column '%s'", s->name,
+                  column ? column : "(null)");
+        return NULL;
+    }
+    if (mt_dtype_size(as) == 0) {
+        mt__error(MT_EINVAL, "mt_batch_column: unknown dtype %d", (int)as);
+        return NULL;
+    }
+    const mt__column *col = &s->g->cols[c];
+    size_t es = mt_dtype_size(col->dtype), re = col->row_elems;
+    const char *src = (const char *)s->win[s->cur].cols[c] + b->first * re * es;
+    if (s->opt.shuffle) {
+        if (!b->have_gathered[c]) {
+            if (!b->gathered[c] &&
+                !(b->gathered[c] = malloc(s->opt.batch_size * re * es + 1))) {
+                mt__error(MT_ENOMEM, "out of memory for a batch of %s", s->name);
+                return NULL;
+            }
+            const char *base = s->win[s->cur].cols[c];
+            for (size_t r = 0; r < b->rows; r++)
+                memcpy((char *)b->gathered[c] + r * re * es,
+                       base + (size_t)s->perm[b->first + r] * re * es, re * es);
+            b->have_gathered[c] = true;
+        }
+        src = b->gathered[c];
+    }
+    if (as == col->dtype)
+        return src;
+    int k = c * 5 + ((int)as - 1);
+    if (!b->have_conv[k]) {
+        if (!b->conv[k] &&
+            !(b->conv[k] = malloc(s->opt.batch_size * re * mt_dtype_size(as) + 1))) {
+            mt__error(MT_ENOMEM, "out of memory converting a batch of %s", s->name);
+            return NULL;
+        }
+        mt__convert(b->conv[k], as, src, col->dtype, b->rows * re);
+        b->have_conv[k] = true;
+    }
+    return b->conv[k];
+}

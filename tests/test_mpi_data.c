@@ -1,0 +1,420 @@
+/*
+ * test_mpi_data.c -- under mpirun at 1 to 4 ranks: dataset shards. Every row is delivered
+ * exactly once per epoch across ranks (split) or to every rank (replicated), with shuffle
+ * on and off, for contiguous, chunked and gzip files and memory-limited streaming; the
+ * columns of a row stay together; dtype conversions; every bad input gives the same
+ * error on every rank.
+ */
+#include "harness.h"
+#include "fixtures.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static const char *path(const char *name)
+{
+    static char p[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
+#define N_ROWS 1003
+
+static void make_fixtures(void)
+{
+    if (mt_test_rank() == 0) {
+        snprintf(dir, sizeof dir, "%s/mpitrain-data-test-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+                 (int)getpid());
+        mkdir(dir, 0700);
+        int rc = fix_write_dataset(path("contiguous.h5"), "/train", N_ROWS, FIX_CONTIGUOUS, 0) |
+                 fix_write_dataset(path("contiguous.h5"), "/test", 97, FIX_CONTIGUOUS, 1) |
+                 fix_write_dataset(path("chunked.h5"), "/train", N_ROWS, FIX_CHUNKED, 0) |
+                 fix_write_dataset(path("gzip.h5"), "/train", N_ROWS, FIX_GZIP, 0) |
+                 fix_write_dataset(path("one-row.h5"), "/train", 1, FIX_CONTIGUOUS, 0) |
+                 fix_write_broken(path("empty.h5"), "empty-group") |
+                 fix_write_broken(path("ragged.h5"), "ragged") |
+                 fix_write_broken(path("string.h5"), "string-column") |
+                 fix_write_broken(path("zero.h5"), "zero-rows") |
+                 fix_write_broken(path("subgroup.h5"), "subgroup");
+        FILE *f = fopen(path("notes.txt"), "w");
+        fputs("not an HDF5 file\n", f);
+        fclose(f);
+        if (rc)
+            fprintf(stderr, "fixtures: writing test files failed\n");
+    }
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+static void remove_fixtures(void)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_test_rank() == 0) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", dir);
+    }
+}
+
+/* ------------------------------------------------------------ running a job */
+
+typedef struct {
+    const char *name, *file, *group;
+} ds;
+
+static int fit_with(mt_train_fn fn, void *arg, const ds *sets, int nsets, mt_data_config data,
+                    char *err, size_t len)
+{
+    mt_trainer_config cfg = {.run = {.storage_path = "/tmp/mpitrain-test-results",
+                                     .name = "data", .verbose = MT_VERBOSE_SILENT},
+                             .data = data};
+    mt_trainer *t = NULL;
+    mt_result *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fn, arg, &cfg), MT_OK);
+    for (int i = 0; i < nsets; i++)
+        CU_ASSERT_EQUAL(mt_trainer_add_dataset(t, sets[i].name, sets[i].file, sets[i].group), MT_OK);
+    int rc = mt_trainer_fit(t, &r);
+    if (err)
+        snprintf(err, len, "%s", mt_result_error(r) ? mt_result_error(r) : "");
+    mt_result_free(&r);
+    mt_trainer_destroy(&t);
+    return rc;
+}
+
+/* ------------------------------------------------------------ exactly once */
+
+typedef struct {
+    const char *dataset;
+    mt_iter_options opt;
+    int epochs;
+    bool replicated;
+    int64_t expect_rows;      /* per rank per epoch */
+    int64_t *first_order;     /* ids of epoch 0 on this rank (for order checks) */
+    int64_t *second_order;    /* ids of epoch 1 */
+    int bad_rows;
+} once_arg;
+
+/* Reads every batch of an epoch, checks the columns agree, returns ids seen. */
+static int read_epoch(mt_shard *s, int epoch, const mt_iter_options *o, int64_t *ids,
+                      int64_t cap, int64_t *n, int *bad)
+{
+    int rc = mt_shard_begin_epoch(s, epoch, o);
+    if (rc)
+        return rc;
+    const mt_batch *b;
+    *n = 0;
+    while ((rc = mt_shard_next(s, &b)) == 1) {
+        size_t rows = mt_batch_rows(b);
+        const int64_t *id = mt_batch_column(b, "id", MT_I64);
+        const float *x = mt_batch_column(b, "x", MT_F32);
+        const uint8_t *y = mt_batch_column(b, "y", MT_U8);
+        if (!id || !x || !y)
+            return MT_EINVAL;
+        for (size_t r = 0; r < rows; r++) {
+            if (*n < cap)
+                ids[(*n)++] = id[r];
+            for (int j = 0; j < 6; j++)
+                *bad += x[r * 6 + j] != (float)(id[r] * 6 + j);
+            *bad += y[r] != (uint8_t)(id[r] % 251);
+        }
+    }
+    return rc;
+}
+
+static int check_once(mt_context *c, void *varg)
+{
+    once_arg *a = varg;
+    mt_shard *s = NULL;
+    int rc = mt_get_dataset_shard(c, a->dataset, &s);
+    if (rc)
+        return rc;
+    int P = mt_world_size(c);
+    MT_ASSERT_INT_EQ(mt_shard_rows(s), a->expect_rows);
+    MT_ASSERT_INT_EQ(mt_shard_dropped_rows(s), a->replicated ? 0 : N_ROWS % P);
+    int64_t *ids = malloc(N_ROWS * sizeof *ids), *all = malloc((size_t)P * N_ROWS * sizeof *all);
+    for (int e = 0; e < a->epochs && !rc; e++) {
+        int64_t n = 0;
+        rc = read_epoch(s, e, &a->opt, ids, N_ROWS, &n, &a->bad_rows);
+        if (rc)
+            break;
+        int64_t bs = (int64_t)(a->opt.batch_size ? a->opt.batch_size : 32);
+        int64_t want = a->opt.drop_last ? a->expect_rows / bs * bs : a->expect_rows;
+        MT_ASSERT_INT_EQ(n, want);
+        if (e == 0 && a->first_order)
+            memcpy(a->first_order, ids, (size_t)n * sizeof *ids);
+        if (e == 1 && a->second_order)
+            memcpy(a->second_order, ids, (size_t)n * sizeof *ids);
+        for (int64_t i = n; i < N_ROWS; i++)
+            ids[i] = -1;
+        rc = mt_allgather(c, ids, all, N_ROWS, MT_I64);
+        /* across ranks (split) or on each rank (replicated), no id twice */
+        char *seen = calloc((size_t)P * N_ROWS, 1);
+        int dup = 0, total = 0, range = 0;
+        for (int r = 0; r < P; r++) {
+            if (a->replicated)
+                memset(seen, 0, (size_t)N_ROWS);
+            for (int64_t i = 0; i < N_ROWS; i++) {
+                int64_t v = all[(int64_t)r * N_ROWS + i];
+                if (v < 0)
+                    continue;
+                if (v >= N_ROWS) { range++; continue; }
+                dup += seen[v]++ > 0;
+                total++;
+            }
+        }
+        MT_ASSERT_INT_EQ(dup, 0);
+        MT_ASSERT_INT_EQ(range, 0);
+        MT_ASSERT_INT_EQ(total, want * P);
+        free(seen);
+    }
+    free(ids);
+    free(all);
+    return rc;
+}
+
+static void run_once(const char *file, bool shuffle, size_t memory_limit, size_t bs, bool drop_last)
+{
+    int P = mt_test_size();
+    once_arg a = {.dataset = "train", .opt = {.batch_size = bs, .shuffle = shuffle, .seed = 7,
+                                              .drop_last = drop_last},
+                  .epochs = 2, .expect_rows = N_ROWS / P};
+    ds sets[] = {{"train", path(file), "/train"}};
+    char err[1024];
+    int rc = fit_with(check_once, &a, sets, 1, (mt_data_config){.memory_limit = memory_limit},
+                      err, sizeof err);
+    MT_ASSERT_INT_EQ(rc, MT_OK);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    MT_ASSERT_INT_EQ(a.bad_rows, 0);
+}
+
+static void test_once_contiguous(void) { run_once("contiguous.h5", false, 0, 32, false); run_once("contiguous.h5", true, 0, 32, false); }
+static void test_once_chunked(void) { run_once("chunked.h5", false, 0, 10, false); run_once("chunked.h5", true, 0, 10, true); }
+static void test_once_gzip(void) { run_once("gzip.h5", false, 0, 64, false); run_once("gzip.h5", true, 0, 7, false); }
+
+static void test_once_streaming(void)
+{
+    /* 33 bytes a row; a 2 KiB limit gives windows of ~30 rows: dozens of windows */
+    run_once("contiguous.h5", false, 2048, 8, false);
+    run_once("gzip.h5", true, 2048, 8, false);
+    run_once("chunked.h5", true, 4096, 5, true);
+    /* collective MPI-IO transfers (no read-ahead thread) */
+    setenv("MT_IO_COLLECTIVE", "1", 1);
+    run_once("contiguous.h5", true, 2048, 8, false);
+    run_once("contiguous.h5", false, 0, 32, false);
+    unsetenv("MT_IO_COLLECTIVE");
+}
+
+static void test_replicated(void)
+{
+    const char *split_none[] = {"something-else", NULL};
+    once_arg a = {.dataset = "train", .opt = {.batch_size = 50, .shuffle = true, .seed = 3},
+                  .epochs = 1, .replicated = true, .expect_rows = N_ROWS};
+    ds sets[] = {{"train", path("contiguous.h5"), "/train"}};
+    MT_ASSERT_INT_EQ(fit_with(check_once, &a, sets, 1,
+                              (mt_data_config){.datasets_to_split = split_none}, NULL, 0), MT_OK);
+    MT_ASSERT_INT_EQ(a.bad_rows, 0);
+}
+
+static void test_shuffle_orders(void)
+{
+    int P = mt_test_size();
+    int64_t q = N_ROWS / P;
+    int64_t *e0 = calloc((size_t)q, 8), *e1 = calloc((size_t)q, 8), *again = calloc((size_t)q, 8);
+    once_arg a = {.dataset = "train", .opt = {.batch_size = 16, .shuffle = true, .seed = 11},
+                  .epochs = 2, .expect_rows = q, .first_order = e0, .second_order = e1};
+    ds sets[] = {{"train", path("contiguous.h5"), "/train"}};
+    MT_ASSERT_INT_EQ(fit_with(check_once, &a, sets, 1, (mt_data_config){0}, NULL, 0), MT_OK);
+    a.first_order = again;
+    a.second_order = NULL;
+    MT_ASSERT_INT_EQ(fit_with(check_once, &a, sets, 1, (mt_data_config){0}, NULL, 0), MT_OK);
+    CU_ASSERT(memcmp(e0, e1, (size_t)q * 8) != 0);      /* epochs differ */
+    CU_ASSERT(memcmp(e0, again, (size_t)q * 8) == 0);   /* same seed, same order */
+    int in_order = 1;
+    for (int64_t i = 1; i < q; i++)
+        in_order &= e0[i] > e0[i - 1];
+    CU_ASSERT(!in_order);                               /* actually shuffled */
+    free(e0);
+    free(e1);
+    free(again);
+}
+
+/* ------------------------------------------------------------ conversions */
+
+static int conversions(mt_context *c, void *arg)
+{
+    mt_shard *s;
+    int rc = mt_get_dataset_shard(c, "test", &s);
+    if (rc)
+        return rc;
+    int nd;
+    size_t dims[8];
+    mt_dtype stored;
+    MT_ASSERT_INT_EQ(mt_shard_column_shape(s, "x", &nd, dims, &stored), MT_OK);
+    MT_ASSERT_INT_EQ(nd, 3);
+    MT_ASSERT_INT_EQ(dims[0], 97 / mt_world_size(c));
+    MT_ASSERT_INT_EQ(dims[1] * dims[2], 6);
+    MT_ASSERT_INT_EQ(stored, MT_F32);
+    MT_ASSERT_INT_EQ(mt_shard_num_columns(s), 3);
+    MT_ASSERT_STR_EQ(mt_shard_column_name(s, 0), "id");
+    MT_ASSERT_INT_EQ(mt_shard_column_shape(s, "nope", NULL, NULL, NULL), MT_ENOTFOUND);
+    mt_iter_options o = {.batch_size = 9};
+    rc = mt_shard_begin_epoch(s, 0, &o);
+    const mt_batch *b;
+    while (!rc && mt_shard_next(s, &b) == 1) {
+        size_t n = mt_batch_rows(b);
+        const int64_t *id = mt_batch_column(b, "id", MT_I64);
+        const double *xd = mt_batch_column(b, "x", MT_F64);
+        for (size_t r = 0; r < n; r++)
+            CU_ASSERT_DOUBLE_EQUAL(xd[r * 6 + 5], (double)(id[r] * 6 + 5), 0);
+        const int32_t *xi = mt_batch_column(b, "x", MT_I32);
+        for (size_t r = 0; r < n; r++)
+            MT_ASSERT_INT_EQ(xi[r * 6 + 1], id[r] * 6 + 1);
+        const float *yf = mt_batch_column(b, "y", MT_F32);
+        const int64_t *yl = mt_batch_column(b, "y", MT_I64);
+        const uint8_t *iu = mt_batch_column(b, "id", MT_U8);
+        for (size_t r = 0; r < n; r++) {
+            CU_ASSERT_DOUBLE_EQUAL(yf[r], (double)(id[r] % 251), 0);
+            MT_ASSERT_INT_EQ(yl[r], id[r] % 251);
+            MT_ASSERT_INT_EQ(iu[r], (uint8_t)id[r]);
+        }
+        CU_ASSERT_PTR_NULL(mt_batch_column(b, "nope", MT_F32));
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "dataset test has no column 'nope'");
+        CU_ASSERT_PTR_NULL(mt_batch_column(b, "x", (mt_dtype)42));
+    }
+    return rc;
+}
+
+static void test_conversions(void)
+{
+    ds sets[] = {{"test", path("contiguous.h5"), "/test"}};
+    MT_ASSERT_INT_EQ(fit_with(conversions, NULL, sets, 1, (mt_data_config){0}, NULL, 0), MT_OK);
+}
+
+/* ------------------------------------------------------------ bad input */
+
+static int open_only(mt_context *c, void *arg)
+{
+    mt_shard *s = NULL;
+    int rc = mt_get_dataset_shard(c, arg ? (const char *)arg : "train", &s);
+    if (!rc) {
+        CU_FAIL("a bad dataset opened");
+    } else {
+        CU_ASSERT_PTR_NULL(s);
+    }
+    return rc;
+}
+
+static void expect_error(const char *file, const char *group, int code, const char *msg)
+{
+    ds sets[] = {{"train", file, group}};
+    char err[2048];
+    int rc = fit_with(open_only, NULL, sets, 1, (mt_data_config){0}, err, sizeof err);
+    MT_ASSERT_INT_EQ(rc, code);
+    MT_ASSERT_STR_CONTAINS(err, msg);
+}
+
+static void test_bad_inputs(void)
+{
+    char want[700];
+    snprintf(want, sizeof want, "%s: no such file", path("missing.h5"));
+    expect_error(path("missing.h5"), "/train", MT_ENOTFOUND, want);
+    snprintf(want, sizeof want, "%s: not an HDF5 file", path("notes.txt"));
+    expect_error(path("notes.txt"), "/train", MT_EFORMAT, want);
+    snprintf(want, sizeof want, "%s: no group /validation", path("contiguous.h5"));
+    expect_error(path("contiguous.h5"), "/validation", MT_ENOTFOUND, want);
+    expect_error(path("empty.h5"), "/train", MT_EFORMAT, ":/train: the group is empty");
+    expect_error(path("ragged.h5"), "/train", MT_EFORMAT,
+                 ":/train: columns have different row counts: a has 10 rows, b has 9");
+    expect_error(path("string.h5"), "/train", MT_EFORMAT,
+                 ":/train/name: column type is string, not numeric");
+    expect_error(path("zero.h5"), "/train", MT_EFORMAT, ":/train: the dataset has zero rows");
+    expect_error(path("subgroup.h5"), "/train", MT_EFORMAT, ":/train/nested: is not a dataset");
+    expect_error(path("contiguous.h5"), "/train/id", MT_EFORMAT, "is not a group");
+    if (mt_test_size() > 1)
+        expect_error(path("one-row.h5"), "/train", MT_EINVAL,
+                     "1 rows cannot be split over");
+    /* unknown dataset name */
+    ds sets[] = {{"train", path("contiguous.h5"), "/train"}};
+    char err[1024];
+    MT_ASSERT_INT_EQ(fit_with(open_only, "validation", sets, 1, (mt_data_config){0}, err,
+                              sizeof err), MT_ENOTFOUND);
+    MT_ASSERT_STR_CONTAINS(err, "no dataset named 'validation' (registered: train)");
+}
+
+static void test_missing_on_one_rank(void)
+{
+    int victim = mt_test_size() > 1 ? 1 : 0;
+    const char *file = mt_test_rank() == victim ? path("missing.h5") : path("contiguous.h5");
+    ds sets[] = {{"train", file, "/train"}};
+    char err[1024], want[700];
+    int rc = fit_with(open_only, NULL, sets, 1, (mt_data_config){0}, err, sizeof err);
+    MT_ASSERT_INT_EQ(rc, MT_ENOTFOUND);
+    snprintf(want, sizeof want, "rank %d failed: %s: no such file", victim, path("missing.h5"));
+    MT_ASSERT_STR_CONTAINS(err, want);
+}
+
+static int iterate_without_epoch(mt_context *c, void *arg)
+{
+    mt_shard *s;
+    int rc = mt_get_dataset_shard(c, "train", &s);
+    const mt_batch *b;
+    if (!rc) {
+        MT_ASSERT_INT_EQ(mt_shard_next(s, &b), MT_EINVAL);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "call mt_shard_begin_epoch first");
+        MT_ASSERT_INT_EQ(mt_shard_begin_epoch(s, -1, NULL), mt_world_rank(c) ? MT_EPEER : MT_EINVAL);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "epoch must be >= 0 (got -1)");
+        /* the same shard again is the cached one */
+        mt_shard *again;
+        MT_ASSERT_INT_EQ(mt_get_dataset_shard(c, "train", &again), MT_OK);
+        CU_ASSERT_PTR_EQUAL(again, s);
+        /* ranks asking for different batch sizes disagree, not hang */
+        if (mt_world_size(c) > 1) {
+            mt_iter_options o = {.batch_size = mt_world_rank(c) == 0 ? 10 : 20};
+            MT_ASSERT_INT_EQ(mt_shard_begin_epoch(s, 0, &o), MT_EMISMATCH);
+            MT_ASSERT_STR_CONTAINS(mt_last_error(), "begin-epoch(epoch=0, batch_size=10");
+        }
+    }
+    return rc;
+}
+
+static void test_misuse(void)
+{
+    ds sets[] = {{"train", path("contiguous.h5"), "/train"}};
+    MT_ASSERT_INT_EQ(fit_with(iterate_without_epoch, NULL, sets, 1, (mt_data_config){0}, NULL, 0), MT_OK);
+    mt_trainer *t = NULL;
+    MT_ASSERT_INT_EQ(mt_trainer_create(&t, iterate_without_epoch, NULL, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_trainer_add_dataset(t, "a", "f.h5", "/g"), MT_OK);
+    MT_ASSERT_INT_EQ(mt_trainer_add_dataset(t, "a", "f.h5", "/g"), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "dataset 'a' is already registered");
+    MT_ASSERT_INT_EQ(mt_trainer_add_dataset(t, "b", "", "/g"), MT_EINVAL);
+    mt_trainer_destroy(&t);
+}
+
+static const mt_test tests[] = {
+    {"once_contiguous", test_once_contiguous},
+    {"once_chunked", test_once_chunked},
+    {"once_gzip", test_once_gzip},
+    {"once_streaming", test_once_streaming},
+    {"replicated", test_replicated},
+    {"shuffle_orders", test_shuffle_orders},
+    {"conversions", test_conversions},
+    {"bad_inputs", test_bad_inputs},
+    {"missing_on_one_rank", test_missing_on_one_rank},
+    {"misuse", test_misuse},
+    {NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+    mt_test_before = make_fixtures;
+    mt_test_after = remove_fixtures;
+    return mt_test_main(argc, argv, "mpi_data", tests, true);
+}
