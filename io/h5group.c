@@ -26,7 +26,7 @@ static void quiet_hdf5(void)
     }
 }
 
-static hid_t native(mt_dtype t)
+hid_t mt__h5_native(mt_dtype t)
 {
     switch (t) {
     case MT_U8: return H5T_NATIVE_UINT8;
@@ -231,7 +231,7 @@ int mt__h5group_read(mt__h5group *g, int col, const mt__run *runs, int nruns, vo
     H5Pset_dxpl_mpio(dxpl, g->collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT);
     /* a union of hyperslabs reads in file order; runs are given in increasing order by the
      * caller when the order matters */
-    if (H5Dread(c->dset, native(c->dtype), ms, fs, dxpl, dst) < 0)
+    if (H5Dread(c->dset, mt__h5_native(c->dtype), ms, fs, dxpl, dst) < 0)
         rc = mt__error(MT_EIO, "%s:%s/%s: read of %llu rows failed", g->file, g->group,
                        c->name, (unsigned long long)total);
     H5Pclose(dxpl);

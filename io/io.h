@@ -31,6 +31,9 @@ typedef struct {
     bool collective;      /* MPI-IO transfer mode */
 } mt__h5group;
 
+/* The HDF5 memory type of a dtype. */
+hid_t mt__h5_native(mt_dtype t);
+
 /* Local: the file exists, is readable and is an HDF5 file. */
 int mt__h5_precheck(const char *file);
 /* Collective over comm (HDF5 with MPI-IO, collective metadata). Checks every column. */

@@ -7,7 +7,7 @@
 #   --slurm:   slurm-wlm and munge, for the Slurm integration test
 set -eu
 pkgs="build-essential openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libcunit1-dev
-      libjansson-dev libopenblas-dev autoconf automake libtool pkg-config"
+      libjansson-dev zlib1g-dev libopenblas-dev autoconf automake libtool pkg-config"
 for arg in "$@"; do
     case "$arg" in
     --example) pkgs="$pkgs dataset-fashion-mnist gnuplot-nox" ;;
