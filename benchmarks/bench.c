@@ -20,6 +20,7 @@ static const suite suites[] = {
     {"allreduce", bench_allreduce, "mt_allreduce vs MPI_Allreduce, 4 B to 64 MiB (OSU-style)"},
     {"fusion", bench_fusion, "256 tensors averaged with mt_fusion vs one MPI_Allreduce each"},
     {"overlap", bench_overlap, "backward compute with mt_fusion_ready vs compute then reduce"},
+    {"shard", bench_shard, "dataset shard read through parallel HDF5 vs raw pread, warm cache"},
 };
 #define NSUITES (int)(sizeof suites / sizeof *suites)
 
@@ -183,12 +184,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "mpitrain-bench: cannot write %s\n", json);
         rc = MT_EIO;
     }
+    /* the shard suite streams each rank's part in windows: a quarter of it in memory */
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    cfg.data.memory_limit = (b.quick ? (size_t)256 << 20 : (size_t)1 << 30) / (size_t)world / 4;
     /* every rank must learn about a problem rank 0 found alone */
     MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!rc) {
         mt_trainer *t = NULL;
         mt_result *res = NULL;
         rc = mt_trainer_create(&t, run_suites, &p, &cfg);
+        char shard_file[1024];
+        snprintf(shard_file, sizeof shard_file, "%s/mpitrain-bench-shard-%lld.h5", b.tmpdir,
+                 (long long)((b.quick ? (size_t)256 << 20 : (size_t)1 << 30) / 4096));
+        static const char *names[] = {"bench-independent", "bench-collective",
+                                      "bench-shuffle"};
+        for (size_t i = 0; i < sizeof names / sizeof *names && !rc; i++)
+            rc = mt_trainer_add_dataset(t, names[i], shard_file, "/train");
         if (!rc)
             rc = mt_trainer_fit(t, &res);
         if (rc && rank == 0)

@@ -33,5 +33,6 @@ void bench_say(const bench *b, const char *fmt, ...) __attribute__((format(print
 int bench_allreduce(bench *b);
 int bench_fusion(bench *b);
 int bench_overlap(bench *b);
+int bench_shard(bench *b);
 
 #endif

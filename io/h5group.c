@@ -220,11 +220,18 @@ int mt__h5group_read(mt__h5group *g, int col, const mt__run *runs, int nruns, vo
             continue;
         start[0] = (hsize_t)runs[i].start;
         count[0] = (hsize_t)runs[i].count;
+        /* SET for the first run keeps a single run a regular hyperslab (fast path) */
+        H5Sselect_hyperslab(fs, total ? H5S_SELECT_OR : H5S_SELECT_SET, start, NULL, count,
+                            NULL);
         total += count[0];
-        H5Sselect_hyperslab(fs, H5S_SELECT_OR, start, NULL, count, NULL);
     }
-    hsize_t melems = total * c->row_elems;
-    hid_t ms = H5Screate_simple(1, &melems, NULL);
+    /* the memory space has the file's rank: with a flat one HDF5 takes an element-wise
+     * path that reads 30x slower */
+    hsize_t mdims[8];
+    mdims[0] = total;
+    for (int d = 1; d < c->ndim; d++)
+        mdims[d] = c->dims[d];
+    hid_t ms = H5Screate_simple(c->ndim, mdims, NULL);
     if (total == 0)
         H5Sselect_none(ms);
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);

@@ -54,6 +54,9 @@ struct mt_shard {
     mt__run *runs;          /* this rank's rows in epoch order */
     int nruns;
     int64_t W, nwindows;
+    int64_t alloc_W, alloc_bs; /* the layout the window buffers were made for */
+    int alloc_sets;
+    bool kept;              /* window 0 holds this epoch's rows already (read once, kept) */
     window win[2];          /* current, and the one being read ahead */
     int cur;
     uint32_t *perm;         /* order inside the current window */
@@ -248,11 +251,23 @@ static void free_windows(mt_shard *s)
     memset(b, 0, sizeof *b);
     free(s->perm);
     s->perm = NULL;
+    s->alloc_W = s->alloc_bs = 0;
+    s->alloc_sets = 0;
+    s->kept = false;
 }
 
+/* Buffers are kept across epochs while the layout stays the same: fresh memory costs a
+ * page fault per page, which on some machines is slower than the read itself. */
 static int alloc_windows(mt_shard *s)
 {
     int nc = s->g->ncols, sets = s->nwindows > 1 ? 2 : 1;
+    if (s->win[0].cols && s->alloc_W == s->W && s->alloc_sets == sets &&
+        s->alloc_bs == (int64_t)s->opt.batch_size)
+        return MT_OK;
+    free_windows(s);
+    s->alloc_W = s->W;
+    s->alloc_sets = sets;
+    s->alloc_bs = (int64_t)s->opt.batch_size;
     for (int i = 0; i < sets; i++) {
         s->win[i].cols = calloc((size_t)nc, sizeof(void *));
         if (!s->win[i].cols)
@@ -282,8 +297,11 @@ static int enter_window(mt_shard *s, int64_t k)
 {
     if (k == 0) {
         s->cur = 0;
-        if (read_window(s, &s->win[0], 0))
+        if (!s->kept && read_window(s, &s->win[0], 0))
             return s->win[0].rc;
+        /* one window holding the same rows every epoch (not split, or not shuffled) is
+         * read once and kept */
+        s->kept = s->nwindows == 1 && (!s->split || !s->opt.shuffle);
     } else {
         join_ahead(s);
         s->cur = 1 - s->cur;
@@ -495,7 +513,9 @@ int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
     int rc = MT_OK;
     if (epoch < 0)
         rc = mt__error(MT_EINVAL, "mt_shard_begin_epoch: epoch must be >= 0 (got %d)", epoch);
-    free_windows(s);
+    join_ahead(s);
+    if (opt.batch_size != s->opt.batch_size || opt.shuffle != s->opt.shuffle)
+        s->kept = false;
     s->in_epoch = false;
     s->opt = opt;
     s->epoch = epoch;
@@ -524,6 +544,8 @@ int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
         free_windows(s);
         return rc;
     }
+    if (s->nwindows > 1)
+        s->kept = false;
     s->batches_left = batches;
     s->in_epoch = true;
     return MT_OK;
