@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct mt_batch {
     mt_shard *s;
@@ -64,6 +65,7 @@ struct mt_shard {
     int64_t batches_left;
     mt_batch batch;
     /* read-ahead */
+    bool readahead;         /* worth a thread: this rank has a CPU to spare */
     bool ahead_running;
     pthread_t ahead;
     struct ahead_job {
@@ -216,7 +218,8 @@ static void start_ahead(mt_shard *s, int64_t k)
     window *w = &s->win[1 - s->cur];
     if (k >= s->nwindows)
         return;
-    if (s->g->collective) { /* collective MPI-IO: every rank's main thread, in order */
+    if (s->g->collective || !s->readahead) { /* collective MPI-IO: every rank's main
+                                                 thread, in order */
         read_window(s, w, k);
         return;
     }
@@ -383,6 +386,21 @@ static void describe(const mt_shard *s)
     fflush(stdout);
 }
 
+/* Reading ahead pays when a CPU is free to do it (from a page cache a read is a memcpy;
+ * on a busy core the thread only competes with the consumer). MT_IO_READAHEAD=0/1
+ * overrides. */
+static bool want_readahead(const mt_context *c)
+{
+    const char *env = getenv("MT_IO_READAHEAD");
+    if (env && *env)
+        return strcmp(env, "0") != 0;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int per_rank = c->num_cpus;
+    if (online > 0 && c->num_cpus >= online) /* not bound: the node's CPUs are shared */
+        per_rank = c->num_cpus / (c->topo.local_size ? c->topo.local_size : 1);
+    return per_rank >= 2;
+}
+
 static int open_shard(mt_context *c, const mt__dataset_spec *spec, mt_shard **out)
 {
     mt__call call;
@@ -396,6 +414,7 @@ static int open_shard(mt_context *c, const mt__dataset_spec *spec, mt_shard **ou
         s->name = mt__strdup(spec->name);
         s->split = is_split(&c->data, spec->name);
         s->memory_limit = c->data.memory_limit;
+        s->readahead = want_readahead(c);
     }
     rc = !s || !s->name ? mt__error(MT_ENOMEM, "out of memory opening %s", spec->name)
                         : mt__h5group_open(c->comm->comm, spec->file, spec->group, &s->g);

@@ -201,10 +201,15 @@ static void test_once_gzip(void) { run_once("gzip.h5", false, 0, 64, false); run
 
 static void test_once_streaming(void)
 {
-    /* 33 bytes a row; a 2 KiB limit gives windows of ~30 rows: dozens of windows */
+    /* 33 bytes a row; a 2 KiB limit gives windows of ~30 rows: dozens of windows, read
+     * ahead by a thread and without one */
+    setenv("MT_IO_READAHEAD", "1", 1);
     run_once("contiguous.h5", false, 2048, 8, false);
     run_once("gzip.h5", true, 2048, 8, false);
     run_once("chunked.h5", true, 4096, 5, true);
+    setenv("MT_IO_READAHEAD", "0", 1);
+    run_once("gzip.h5", true, 2048, 8, false);
+    unsetenv("MT_IO_READAHEAD");
     /* collective MPI-IO transfers (no read-ahead thread) */
     setenv("MT_IO_COLLECTIVE", "1", 1);
     run_once("contiguous.h5", true, 2048, 8, false);
