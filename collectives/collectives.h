@@ -19,6 +19,9 @@
     XX(FUSION_CHECK, "fusion-check")                                          \
     XX(FUSION_WAIT, "fusion-wait")                                            \
     XX(DATA_OPEN, "dataset-open")                                             \
+    XX(REPORT, "report")                                                      \
+    XX(REPORT_DONE, "report-commit")                                          \
+    XX(CKPT_GET, "checkpoint-get")                                            \
     XX(EPOCH, "begin-epoch")                                                  \
     XX(INTERNAL, "internal")                                                  \
     XX(TEST, "test")
@@ -106,6 +109,16 @@ typedef struct {
     int node_rank, num_nodes;    /* nodes ordered by their lowest rank */
 } mt__topology;
 int mt__topology_get(mt__comm *c, mt__topology *out);
+
+/* Byte movement inside an agreed collective (stream.c). */
+int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens);
+int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root);
+int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t chunk);
+/* Receives len bytes from `from` in pieces of at most chunk bytes into buf (chunk bytes),
+ * calling consume for each piece; after consume fails, drains the rest. */
+int mt__stream_recv(mt__comm *c, int from, size_t len, void *buf, size_t chunk,
+                    int (*consume)(const void *piece, size_t n, size_t offset, void *arg),
+                    void *arg);
 
 /* Gradient fusion (the rest of its API is public). */
 int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out);

@@ -145,6 +145,7 @@ typedef struct {
     int verbose;
     mt_checkpoint_config checkpoint;
     mt_failure_config failure;
+    bool overwrite; /* a finished run of the same name is replaced instead of refused */
 } mt_run_config;
 
 typedef struct {
@@ -317,6 +318,69 @@ MT_EXTERN int mt_fusion_ready(mt_fusion *f, int index);
 MT_EXTERN int mt_fusion_wait(mt_fusion *f);
 MT_EXTERN void mt_fusion_destroy(mt_fusion **f);
 
+/* ---------------------------------------------------------------- metrics and report */
+
+typedef struct mt_metrics mt_metrics;
+typedef struct mt_checkpoint mt_checkpoint;
+
+/* Keys: 1 to 255 bytes, no control characters; '/' nests ("val/acc"). Setting a key
+ * again replaces it. */
+MT_EXTERN mt_metrics *mt_metrics_new(void);
+MT_EXTERN void mt_metrics_free(mt_metrics **m);
+MT_EXTERN int mt_metrics_set_f64(mt_metrics *m, const char *key, double v);
+MT_EXTERN int mt_metrics_set_i64(mt_metrics *m, const char *key, int64_t v);
+MT_EXTERN int mt_metrics_set_str(mt_metrics *m, const char *key, const char *v);
+/* MT_ENOTFOUND if absent (or a string). */
+MT_EXTERN int mt_metrics_get_f64(const mt_metrics *m, const char *key, double *out);
+MT_EXTERN int mt_metrics_get_i64(const mt_metrics *m, const char *key, int64_t *out);
+/* NULL if absent (or not a string). */
+MT_EXTERN const char *mt_metrics_get_str(const mt_metrics *m, const char *key);
+MT_EXTERN size_t mt_metrics_count(const mt_metrics *m);
+MT_EXTERN const char *mt_metrics_key(const mt_metrics *m, size_t i);
+
+/* Collective: every rank calls it once per iteration. Every rank's metrics go to rank 0;
+ * rank 0's are the run's, and the min/mean/max over ranks of each numeric key is recorded
+ * too. Adds training_iteration, timestamp, time_this_iter_s, time_total_s and, with a
+ * checkpoint, checkpoint_dir_name. With ck (non-NULL on every rank, or NULL on every
+ * rank) the checkpoint is committed before it returns. Returns MT_ESTOP once a stop was
+ * requested (SIGTERM/SIGUSR1) and a checkpoint has been committed since. */
+MT_EXTERN int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck);
+/* Local, the same answer on every rank: checkpoint.frequency says this report should carry
+ * a checkpoint, or a stop was requested. */
+MT_EXTERN bool mt_should_checkpoint(const mt_context *c);
+/* Local (call it with the same n on every rank). Announces the last training_iteration, so
+ * that checkpoint.at_end makes mt_should_checkpoint true for that report. */
+MT_EXTERN void mt_set_total_iterations(mt_context *c, int64_t n);
+
+/* ---------------------------------------------------------------- checkpoints */
+
+typedef enum { MT_REPLICATED = 0, MT_SHARDED } mt_layout;
+
+MT_EXTERN mt_checkpoint *mt_checkpoint_new(void);
+MT_EXTERN void mt_checkpoint_free(mt_checkpoint **ck);
+/* Local. Borrows data until the report that carries the checkpoint returns (no copy).
+ * MT_REPLICATED: rank 0's copy is stored. MT_SHARDED: each rank gives its rows (dims[0]
+ * may differ per rank, the other dims may not); stored as one array in rank order. */
+MT_EXTERN int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
+                                const size_t *dims, const void *data, mt_layout layout);
+MT_EXTERN int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value);
+/* Local. A file (any format) copied into the checkpoint as NAME; a file given on rank
+ * r > 0 is carried to rank 0 over MPI and stored as rank<r>/NAME. */
+MT_EXTERN int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path);
+/* The latest checkpoint when the run resumed, else NULL (local; owned by the context). */
+MT_EXTERN const mt_checkpoint *mt_get_checkpoint(mt_context *c);
+/* Local. A stored array's shape; for a sharded one inside fit, this rank's part. */
+MT_EXTERN int mt_checkpoint_dims(const mt_checkpoint *ck, const char *name, int *ndim,
+                                 size_t dims[8]);
+/* Collective inside fit (rank 0 reads; replicated arrays are broadcast, sharded ones give
+ * each rank its part, re-split when the world size changed); local outside fit (the
+ * whole array). count is the number of elements out holds. */
+MT_EXTERN int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t,
+                                void *out, size_t count);
+MT_EXTERN const char *mt_checkpoint_get_meta(const mt_checkpoint *ck, const char *key);
+/* The checkpoint's folder (NULL for one not yet committed). */
+MT_EXTERN const char *mt_checkpoint_path(const mt_checkpoint *ck);
+
 /* ---------------------------------------------------------------- result */
 
 /* Local. NULL on success; otherwise "rank N: message". */
@@ -325,6 +389,17 @@ MT_EXTERN const char *mt_result_error(const mt_result *r);
 MT_EXTERN const char *mt_result_path(const mt_result *r);
 /* Local. Number of attempts fit made (1 when the first succeeded). */
 MT_EXTERN int mt_result_attempts(const mt_result *r);
+/* Local. The last reported metrics (rank 0's, with the automatic keys); NULL if none. */
+MT_EXTERN const mt_metrics *mt_result_metrics(const mt_result *r);
+/* Local. The latest checkpoint; NULL if none. */
+MT_EXTERN const mt_checkpoint *mt_result_checkpoint(const mt_result *r);
+/* Local. Kept checkpoints, best first by checkpoint.score_attribute (newest first
+ * without one), with the metrics reported with each. */
+MT_EXTERN size_t mt_result_num_best(const mt_result *r);
+MT_EXTERN const mt_checkpoint *mt_result_best(const mt_result *r, size_t i,
+                                              const mt_metrics **metrics);
+/* Local. Rebuild a result from a run directory on disk (like Result.from_path). */
+MT_EXTERN int mt_result_load(const char *run_dir, mt_result **out);
 MT_EXTERN void mt_result_free(mt_result **r);
 
 #ifdef __cplusplus

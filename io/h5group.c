@@ -17,6 +17,9 @@ static pthread_mutex_t h5_lock = PTHREAD_MUTEX_INITIALIZER;
 #define LOCK() pthread_mutex_lock(&h5_lock)
 #define UNLOCK() pthread_mutex_unlock(&h5_lock)
 
+void mt__h5_lock(void) { LOCK(); }
+void mt__h5_unlock(void) { UNLOCK(); }
+
 static void quiet_hdf5(void)
 {
     static bool done;

@@ -50,6 +50,41 @@ typedef struct {
  * call it the same number of times). */
 int mt__h5group_read(mt__h5group *g, int col, const mt__run *runs, int nruns, void *dst);
 
+/* The process-wide HDF5 lock (HDF5 with MPI is not thread-safe). */
+void mt__h5_lock(void);
+void mt__h5_unlock(void);
+
+/* checkpoint.h5 (serial HDF5, rank 0) */
+typedef struct {
+    char name[256];
+    mt_dtype dtype;
+    int ndim;
+    uint64_t dims[8];
+    int layout;
+    uint32_t crc;
+    int64_t *offsets;   /* sharded: row offset of each rank's part, then the total */
+    int noffsets;
+} mt__ckpt_array;
+typedef struct {
+    mt__ckpt_array *arrays;
+    int n, cap;
+    char **meta_keys, **meta_values;
+    int nmeta;
+} mt__ckpt_index;
+int mt__ckpt_create(const char *path, hid_t *out);
+int mt__ckpt_open(const char *path, hid_t *out);
+int mt__ckpt_close(hid_t f, const char *path, bool sync);
+int mt__ckpt_add_array(hid_t f, const char *name, mt_dtype t, int ndim, const uint64_t *dims,
+                       hid_t *out);
+int mt__ckpt_rows(hid_t ds, mt_dtype t, uint64_t row, uint64_t nrows, void *data, bool write);
+int mt__ckpt_finish_array(hid_t ds, int layout, uint32_t crc, const int64_t *offsets,
+                          int noffsets);
+int mt__ckpt_set_meta(hid_t f, const char *key, const char *value);
+int mt__ckpt_read_index(hid_t f, const char *path, mt__ckpt_index *ix);
+void mt__ckpt_index_free(mt__ckpt_index *ix);
+int mt__ckpt_open_array(hid_t f, const char *name, hid_t *out);
+void mt__ckpt_close_array(hid_t ds);
+
 /* Convert n elements. */
 void mt__convert(void *dst, mt_dtype to, const void *src, mt_dtype from, size_t n);
 

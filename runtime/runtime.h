@@ -6,12 +6,124 @@
 #define MT_RUNTIME_H
 
 #include "../collectives/collectives.h"
+#include "../io/io.h"
+
+#include <jansson.h>
+#include <signal.h>
 
 #define MT__NAME_MAX 200
 
 typedef struct {
     char *name, *file, *group;
 } mt__dataset_spec;
+
+/* ------------------------------------------------------------ metrics */
+enum { MT__METRIC_F64 = 1, MT__METRIC_I64, MT__METRIC_STR };
+typedef struct {
+    char *key;
+    int type;
+    double f;
+    int64_t i;
+    char *s;
+} mt__metric;
+struct mt_metrics {
+    mt__metric *e;
+    int n, cap;
+};
+const mt__metric *mt__metrics_find(const mt_metrics *m, const char *key);
+void mt__metrics_clear(mt_metrics *m);
+int mt__metrics_copy(mt_metrics *dst, const mt_metrics *src);
+int mt__metrics_encode(const mt_metrics *m, char **out, size_t *len);
+int mt__metrics_decode(mt_metrics *m, const char *b, size_t len);
+json_t *mt__metrics_to_json(const mt_metrics *m);
+int mt__metrics_from_json(mt_metrics *m, const json_t *o);
+
+/* ------------------------------------------------------------ run directory (rank 0) */
+typedef struct {
+    char name[32];           /* checkpoint_000012 */
+    int64_t index, iteration;
+    mt_metrics *metrics;     /* reported with it */
+} mt__kept;
+typedef struct {
+    char *dir;
+    char status[16];         /* running, finished, failed, preempted */
+    int attempts, failures;
+    int64_t next_index, iteration;
+    double time_total;       /* of earlier attempts */
+    mt__kept *kept;
+    int nkept, latest;       /* latest: index into kept, or -1 */
+    char **csv_keys;
+    int ncsv;
+    FILE *result, *csv;
+} mt__rundir;
+int mt__mkdirs(const char *path);
+int mt__fsync_dir(const char *path);
+int mt__rmtree(const char *path);
+int mt__write_atomic(const char *dir, const char *name, const char *text);
+void mt__run_free(mt__rundir *r);
+json_t *mt__run_to_json(const mt__rundir *r);
+int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where);
+int mt__run_load(mt__rundir *r, const char *dir);
+int mt__run_save(const mt__rundir *r);
+int mt__run_open_logs(mt__rundir *r);
+int mt__run_append(mt__rundir *r, json_t *row);
+int mt__run_supersede(mt__rundir *r, int64_t iteration);
+void mt__run_remove_leftovers(const mt__rundir *r);
+
+/* Retention: which kept checkpoints to delete now (Ray Train's rules; see DESIGN.md).
+ * Fills drop[i] for each kept entry. */
+void mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,
+                   bool *drop);
+
+/* Positions of kept entries, best first (newest first without a score attribute). */
+void mt__rank_kept(const mt__kept *kept, int n, const mt_checkpoint_config *cfg, int *order);
+
+/* ------------------------------------------------------------ results */
+/* Build a result from run.json, the last result.json row (may be NULL) and params.json's
+ * checkpoint settings; error may be NULL. */
+int mt__result_build(const char *dir, const json_t *run_json, const json_t *last_row,
+                     const json_t *params, const char *error, mt_result **out);
+json_t *mt__params_json(const mt_trainer_config *cfg, int world_size);
+
+/* ------------------------------------------------------------ checkpoints */
+typedef struct {
+    char *name;
+    mt_dtype dtype;
+    int ndim;
+    size_t dims[8];
+    const void *data;
+    mt_layout layout;
+} mt__ck_array;
+typedef struct {
+    char *name, *path;
+} mt__ck_file;
+struct mt_checkpoint {
+    mt__ck_array *arrays;    /* to write */
+    int narrays;
+    char **meta_keys, **meta_values;
+    int nmeta;
+    mt__ck_file *files;
+    int nfiles;
+    char *path;              /* a stored checkpoint's folder */
+    mt__ckpt_index index;    /* a stored checkpoint's arrays and metadata */
+    mt_context *ctx;         /* restore inside fit: mt_checkpoint_get is collective */
+};
+/* Rank 0 in *name; collective over c (the caller ends it with an agreement). */
+int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *run,
+                          const mt_metrics *metrics, int64_t iteration, char *name, size_t len,
+                          bool *agreed);
+/* Rank 0: the newest kept checkpoint that opens and passes its checksums (warning about
+ * any that do not); its position in run->kept, or -1. */
+int mt__checkpoint_pick_valid(mt__rundir *run, int verbose);
+/* A stored checkpoint's description as JSON text (for the trip to other ranks), and back. */
+char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix);
+int mt__checkpoint_from_description(const char *text, mt_checkpoint **out);
+int mt__checkpoint_open_stored(const char *path, mt_checkpoint **out);
+
+/* ------------------------------------------------------------ stop requests */
+void mt__signals_install(void);
+void mt__signals_restore(void);
+bool mt__stop_signalled(void);
 
 struct mt_context {
     mt__comm *comm;
@@ -27,6 +139,17 @@ struct mt_context {
     int attempt;
     char *name;
     char *run_dir;
+    /* reporting */
+    mt__rundir *run;                  /* rank 0 */
+    const mt_trainer_config *cfg;  /* the trainer's */
+    int64_t reports;               /* reports in this attempt */
+    int64_t iteration;             /* training_iteration of the last report */
+    int64_t total_iterations;      /* announced by mt_set_total_iterations (at_end) */
+    double start, last_report, time_before;
+    bool stop;                     /* a stop was requested (agreed) */
+    bool stopped_after_ckpt;
+    mt_checkpoint *restored;       /* the checkpoint this attempt resumed from */
+    mt_metrics *last_metrics;      /* rank 0's last report, with automatic keys (rank 0) */
 };
 
 /* Collective over world: a context with a private communicator and the topology. */

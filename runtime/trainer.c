@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 struct mt_trainer {
     mt_train_fn fn;
@@ -190,24 +191,166 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
     return MT_OK;
 }
 
-static mt_result *result_new(const mt_context *ctx, int rc, const mt__winner *who, int attempts)
+/* ------------------------------------------------------------ the run directory */
+
+/* Rank 0: the latest good checkpoint (or none) becomes where this attempt starts; reports
+ * after it move aside; returns the JSON the other ranks need. */
+static json_t *resume_point(mt__rundir *run, int verbose)
 {
-    mt_result *r = calloc(1, sizeof *r);
-    if (!r)
-        return NULL;
-    r->attempts = attempts;
-    if (ctx && ctx->run_dir)
-        r->path = mt__strdup(ctx->run_dir);
-    if (rc) {
-        /* the same text on every rank: the winner's words */
-        char buf[MT__MSG_LEN + 64];
-        if (who->rank >= 0)
-            snprintf(buf, sizeof buf, "rank %d failed: %s", who->rank, who->msg);
-        else
-            snprintf(buf, sizeof buf, "%s", who->msg[0] ? who->msg : mt_last_error());
-        r->error = mt__strdup(buf);
+    int k = mt__checkpoint_pick_valid(run, verbose);
+    int64_t iteration = k >= 0 ? run->kept[k].iteration : 0;
+    json_t *ck = json_null();
+    if (k >= 0) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[k].name);
+        mt_checkpoint *stored = NULL;
+        if (mt__checkpoint_open_stored(dir, &stored) == MT_OK) {
+            char *text = mt__checkpoint_describe(dir, &stored->index);
+            ck = text ? json_string(text) : json_null();
+            free(text);
+        }
+        mt_checkpoint_free(&stored);
     }
-    return r;
+    if (mt__run_supersede(run, iteration) != MT_OK)
+        fprintf(stderr, "mpitrain: warning: %s\n", mt_last_error());
+    run->iteration = iteration;
+    return json_pack("{s:i, s:I, s:f, s:o}", "attempt", run->attempts - 1, "iteration",
+                     (json_int_t)iteration, "time_total", run->time_total, "checkpoint", ck);
+}
+
+/* Rank 0: create or resume <storage_path>/<name>. */
+static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, json_t **info)
+{
+    int rc = mt__mkdirs(ctx->run_dir);
+    if (rc)
+        return mt__error(MT_EIO, "run.storage_path: %s", mt_last_error());
+    char path[4096];
+    snprintf(path, sizeof path, "%s/run.json", ctx->run_dir);
+    bool exists = access(path, F_OK) == 0;
+    if (exists) {
+        rc = mt__run_load(run, ctx->run_dir);
+        if (rc)
+            return rc;
+        if (!strcmp(run->status, "finished")) {
+            if (!t->cfg.run.overwrite)
+                return mt__error(MT_EINVAL, "%s: this run finished already; start it with "
+                                            "--overwrite (run.overwrite) to replace it, or "
+                                            "choose another --name", ctx->run_dir);
+            mt__run_free(run);
+            if ((rc = mt__rmtree(ctx->run_dir)) || (rc = mt__mkdirs(ctx->run_dir)))
+                return rc;
+            exists = false;
+        }
+    }
+    if (!exists) {
+        memset(run, 0, sizeof *run);
+        run->latest = -1;
+        if (!(run->dir = mt__strdup(ctx->run_dir)))
+            return MT_ENOMEM;
+    } else {
+        if (!strcmp(run->status, "running")) /* the last attempt died without a word */
+            run->failures++;
+        mt__run_remove_leftovers(run);
+    }
+    snprintf(run->status, sizeof run->status, "running");
+    run->attempts++;
+    json_t *params = mt__params_json(&t->cfg, ctx->world_size);
+    json_object_set_new(json_object_get(params, "run"), "name", json_string(ctx->name));
+    char *text = params ? json_dumps(params, JSON_INDENT(2)) : NULL;
+    json_decref(params);
+    rc = text ? mt__write_atomic(ctx->run_dir, "params.json", text) : MT_ENOMEM;
+    free(text);
+    if (!rc)
+        *info = resume_point(run, t->cfg.run.verbose);
+    if (!rc)
+        rc = mt__run_save(run);
+    if (!rc)
+        rc = mt__run_open_logs(run);
+    if (!rc && exists && t->cfg.run.verbose >= 1)
+        printf("mpitrain: resuming %s (attempt %d) from %s\n", ctx->run_dir, run->attempts - 1,
+               run->latest >= 0 ? run->kept[run->latest].name : "the start (no checkpoint)");
+    return rc;
+}
+
+/* Rank 0's JSON to every rank (collective). */
+static int share_json(mt_context *ctx, json_t **j)
+{
+    char *text = ctx->world_rank == 0 && *j ? json_dumps(*j, JSON_COMPACT) : NULL;
+    int64_t len = text ? (int64_t)strlen(text) + 1 : 0;
+    int rc = mt__broadcast(ctx->comm, &len, 1, MT_I64, 0);
+    if (!rc && ctx->world_rank != 0)
+        text = calloc((size_t)len + 1, 1);
+    if (!rc && len > 0)
+        rc = text ? mt__broadcast(ctx->comm, text, (size_t)len, MT_U8, 0) : MT_ENOMEM;
+    if (!rc && ctx->world_rank != 0 && len > 0)
+        *j = json_loads(text, 0, NULL);
+    free(text);
+    return rc;
+}
+
+/* Every rank: start the attempt from rank 0's resume point. */
+static int apply_resume(mt_context *ctx, json_t *info)
+{
+    json_int_t iteration = 0;
+    int attempt = 0;
+    double total = 0;
+    json_t *ck = NULL;
+    if (!info || json_unpack(info, "{s:i, s:I, s:F, s:o}", "attempt", &attempt, "iteration",
+                             &iteration, "time_total", &total, "checkpoint", &ck))
+        return mt__error(MT_EFORMAT, "corrupt resume information");
+    ctx->attempt = attempt;
+    ctx->iteration = iteration;
+    ctx->time_before = total;
+    mt_checkpoint_free(&ctx->restored);
+    if (json_is_string(ck)) {
+        int rc = mt__checkpoint_from_description(json_string_value(ck), &ctx->restored);
+        if (rc)
+            return rc;
+        ctx->restored->ctx = ctx;
+    }
+    return MT_OK;
+}
+
+const mt_checkpoint *mt_get_checkpoint(mt_context *c)
+{
+    return c ? c->restored : NULL;
+}
+
+/* Rank 0: the run's final state; error.txt on failure. */
+static void finish_run(mt_context *ctx, const char *status, const char *error)
+{
+    mt__rundir *run = ctx->run;
+    snprintf(run->status, sizeof run->status, "%s", status);
+    run->time_total = ctx->time_before + mt__now() - ctx->start;
+    if (error)
+        mt__write_atomic(run->dir, "error.txt", error);
+    if (mt__run_save(run) != MT_OK)
+        fprintf(stderr, "mpitrain: %s\n", mt_last_error());
+}
+
+static int build_result(mt_context *ctx, const mt_trainer *t, const char *error, mt_result **out)
+{
+    json_t *all = NULL;
+    if (ctx->world_rank == 0) {
+        json_t *last = ctx->last_metrics ? mt__metrics_to_json(ctx->last_metrics) : json_null();
+        all = json_pack("{s:o, s:o, s:o}", "run", mt__run_to_json(ctx->run), "last", last,
+                        "params", mt__params_json(&t->cfg, ctx->world_size));
+    }
+    int rc = share_json(ctx, &all);
+    if (!rc) {
+        json_t *last = json_object_get(all, "last");
+        rc = mt__result_build(ctx->run_dir, json_object_get(all, "run"),
+                              json_is_object(last) ? last : NULL, json_object_get(all, "params"),
+                              error, out);
+    }
+    json_decref(all);
+    return rc;
+}
+
+static bool may_retry(const mt_trainer *t, int failures)
+{
+    int max = t->cfg.run.failure.max_failures;
+    return max == -1 || failures < max;
 }
 
 int mt_trainer_fit(mt_trainer *t, mt_result **out)
@@ -225,24 +368,47 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     rc = mt__context_create(&ctx, MPI_COMM_WORLD);
     if (rc)
         return rc; /* an MPI failure in MPI_Comm_dup: nothing to agree on */
-    mt__call begin;
-    mt__call_init(&begin, MT__CALL_FIT_BEGIN, 0, 0, 0);
     ctx->verbose = t->cfg.run.verbose;
     ctx->data = t->cfg.data;
     ctx->specs = t->specs;
     ctx->nspecs = t->nspecs;
+    ctx->cfg = &t->cfg;
+    mt__call begin;
+    mt__call_init(&begin, MT__CALL_FIT_BEGIN, 0, 0, 0);
     rc = mt__agree(ctx->comm, &begin, check_setup(t, ctx), &who);
     if (!rc)
         rc = agree_name(t, ctx);
-    int attempts = 0;
+    /* the run directory: rank 0 prepares it, every rank learns where to start */
+    mt__rundir run = {.latest = -1};
+    json_t *info = NULL;
+    if (!rc) {
+        ctx->run = ctx->world_rank == 0 ? &run : NULL;
+        mt__call prep;
+        mt__call_init(&prep, MT__CALL_INTERNAL, 1, 0, 0);
+        rc = mt__agree(ctx->comm, &prep, ctx->world_rank == 0 ? prepare_run(t, ctx, &run, &info)
+                                                               : MT_OK, &who);
+    }
+    if (!rc)
+        rc = share_json(ctx, &info);
+    if (!rc)
+        rc = apply_resume(ctx, info);
+    json_decref(info);
+    info = NULL;
     mt__watchdog *dog = NULL;
     if (!rc) {
         const mt_failure_config *f = &t->cfg.run.failure;
         rc = mt__watchdog_start(&dog, ctx->comm, f->stall_warn_s, f->stall_timeout_s,
                                 t->cfg.run.verbose);
     }
-    if (!rc) {
-        attempts = 1;
+    int attempts = 0, failures = 0;
+    const char *final = "failed";
+    bool started = !rc;
+    if (!rc)
+        mt__signals_install();
+    while (started) {
+        attempts++;
+        ctx->start = ctx->last_report = mt__now();
+        ctx->stop = ctx->stopped_after_ckpt = false;
         mt__context_set_current(ctx);
         int fn_rc = t->fn(ctx, t->arg);
         mt__context_set_current(NULL);
@@ -250,29 +416,88 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
             fn_rc = mt__error(MT_EINVAL, "the training function returned %d (expected 0 or a "
                                          "negative MT_E* code)", fn_rc);
         rc = mt__agree_exit(ctx->comm, MT__CALL_FIT_END, fn_rc, &who);
+        if (rc && who.rank >= 0)
+            rc = who.code; /* the same code on every rank: the winning rank's */
+        if (!rc && !ctx->stopped_after_ckpt) {
+            final = "finished";
+            break;
+        }
+        if (rc == MT_ESTOP || (!rc && ctx->stopped_after_ckpt)) {
+            final = "preempted";
+            rc = MT_ESTOP;
+            break;
+        }
+        if (!may_retry(t, failures))
+            break;
+        failures++;
+        if (ctx->world_rank == 0) {
+            if (t->cfg.run.verbose >= 1)
+                fprintf(stderr, "mpitrain: attempt %d failed: rank %d: %s; retrying from the "
+                        "latest checkpoint (failure %d of %d allowed)\n", ctx->attempt,
+                        who.rank, who.msg, failures, t->cfg.run.failure.max_failures);
+            run.failures++;
+            run.attempts++;
+            run.time_total = ctx->time_before + mt__now() - ctx->start;
+            info = resume_point(&run, t->cfg.run.verbose);
+            if (mt__run_save(&run) != MT_OK)
+                fprintf(stderr, "mpitrain: %s\n", mt_last_error());
+            mt__run_free(&(mt__rundir){0});
+            if (run.result)
+                fclose(run.result), run.result = NULL;
+            if (run.csv)
+                fclose(run.csv), run.csv = NULL;
+            for (int i = 0; i < run.ncsv; i++)
+                free(run.csv_keys[i]);
+            free(run.csv_keys), run.csv_keys = NULL, run.ncsv = 0;
+            if (mt__run_open_logs(&run) != MT_OK)
+                fprintf(stderr, "mpitrain: %s\n", mt_last_error());
+        }
+        int e = share_json(ctx, &info);
+        if (!e)
+            e = apply_resume(ctx, info);
+        json_decref(info);
+        info = NULL;
+        if (e) {
+            rc = e;
+            break;
+        }
     }
+    mt__signals_restore();
     mt__watchdog_stop(&dog);
-    if (rc && who.rank >= 0)
-        rc = who.code; /* the same code on every rank: the winning rank's */
-    if (out) {
-        *out = result_new(ctx, rc, &who, attempts);
-        if (!*out && !rc)
-            rc = mt__error(MT_ENOMEM, "out of memory building the result");
+    char error[MT__MSG_LEN + 64] = "";
+    if (rc && rc != MT_ESTOP) {
+        if (who.rank >= 0)
+            snprintf(error, sizeof error, "rank %d failed: %s", who.rank, who.msg);
+        else
+            snprintf(error, sizeof error, "%s", who.msg[0] ? who.msg : mt_last_error());
     }
+    if (started && ctx->world_rank == 0) {
+        finish_run(ctx, final, error[0] ? error : NULL);
+        if (t->cfg.run.verbose >= 1)
+            printf("mpitrain: %s %s after %lld iterations (%d attempt%s)\n", ctx->run_dir, final,
+                   (long long)ctx->iteration, run.attempts, run.attempts == 1 ? "" : "s");
+    }
+    if (out) {
+        int e = started ? build_result(ctx, t, error[0] ? error : NULL, out) : MT_OK;
+        if (!started) {
+            /* set-up failed: a result with the error and nothing else */
+            json_t *none = NULL;
+            e = mt__result_build(ctx->run_dir ? ctx->run_dir : "", none, NULL, NULL,
+                                 who.rank >= 0 ? (snprintf(error, sizeof error, "rank %d failed: %s",
+                                                           who.rank, who.msg), error)
+                                               : (who.msg[0] ? who.msg : mt_last_error()), out);
+        }
+        if (e && !rc)
+            rc = e;
+    }
+    if (rc && who.rank < 0 && !started && rc != MT_EINVAL && who.code)
+        rc = who.code;
+    if (rc && who.rank >= 0 && !started)
+        rc = who.code;
+    (void)attempts;
+    mt__run_free(&run);
+    mt_metrics_free(&ctx->last_metrics);
+    mt_checkpoint_free(&ctx->restored);
     mt__context_destroy(&ctx);
     return rc;
-}
-
-const char *mt_result_error(const mt_result *r) { return r ? r->error : NULL; }
-const char *mt_result_path(const mt_result *r) { return r ? r->path : NULL; }
-int mt_result_attempts(const mt_result *r) { return r ? r->attempts : 0; }
-
-void mt_result_free(mt_result **rp)
-{
-    if (!rp || !*rp)
-        return;
-    free((*rp)->error);
-    free((*rp)->path);
-    free(*rp);
-    *rp = NULL;
 }

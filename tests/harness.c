@@ -9,6 +9,33 @@
 #include <string.h>
 
 static int rank, size = 1;
+static char storage[256];
+
+const char *mt_test_storage(void) { return storage; }
+
+static void make_storage(bool mpi)
+{
+    if (rank == 0) {
+        snprintf(storage, sizeof storage, "%s/mpitrain-test-XXXXXX",
+                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        if (!mkdtemp(storage))
+            perror("mkdtemp");
+    }
+    if (mpi)
+        MPI_Bcast(storage, sizeof storage, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+static void remove_storage(bool mpi)
+{
+    if (mpi)
+        MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0 && storage[0]) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", storage);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", storage);
+    }
+}
 void (*mt_test_before)(void);
 void (*mt_test_after)(void);
 
@@ -33,6 +60,7 @@ int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests,
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         MPI_Comm_size(MPI_COMM_WORLD, &size);
     }
+    make_storage(mpi);
     if (mt_test_before)
         mt_test_before();
     const char *only = argc > 1 ? argv[1] : NULL; /* run one test by name */
@@ -64,6 +92,7 @@ int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests,
     CU_cleanup_registry();
     if (mt_test_after)
         mt_test_after();
+    remove_storage(mpi);
     if (mpi)
         mt_finalize();
     return failures ? 1 : 0;

@@ -24,6 +24,10 @@ int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests,
 extern void (*mt_test_before)(void);
 extern void (*mt_test_after)(void);
 
+/* A storage_path of this test job's own (MPI suites: the same on every rank), removed at
+ * the end. */
+const char *mt_test_storage(void);
+
 /* MPI suites: this process's rank and the job's size. */
 int mt_test_rank(void);
 int mt_test_size(void);

@@ -17,7 +17,7 @@ static int victim(void) { return mt_test_size() > 1 ? 1 : 0; }
 
 static mt_trainer_config base_config(void)
 {
-    mt_trainer_config cfg = {.run = {.storage_path = "/tmp/mpitrain-test-results",
+    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .overwrite = true,
                                      .verbose = MT_VERBOSE_SILENT}};
     return cfg;
 }
@@ -82,7 +82,7 @@ static int probe_context(mt_context *c, void *arg)
     MPI_Comm_get_errhandler(mt_comm(c), &eh);
     CU_ASSERT(eh == MPI_ERRORS_RETURN);
     MPI_Errhandler_free(&eh);
-    MT_ASSERT_STR_CONTAINS(mt_run_dir(c), "/tmp/mpitrain-test-results/");
+    MT_ASSERT_STR_CONTAINS(mt_run_dir(c), mt_test_storage());
     MT_ASSERT_STR_CONTAINS(mt_run_dir(c), mt_experiment_name(c));
     return MT_OK;
 }
@@ -113,7 +113,7 @@ static void test_name_is_rank0s(void)
     strcpy(name, "changed"); /* the trainer holds its own copy */
     MT_ASSERT_INT_EQ(mt_trainer_fit(t, &r), MT_OK);
     MT_ASSERT_STR_EQ(p.name, "name-of-rank-0");
-    MT_ASSERT_STR_CONTAINS(mt_result_path(r), "/tmp/mpitrain-test-results/name-of-rank-0");
+    MT_ASSERT_STR_CONTAINS(mt_result_path(r), "/name-of-rank-0");
     MT_ASSERT_INT_EQ(mt_result_attempts(r), 1);
     mt_result_free(&r);
     mt_trainer_destroy(&t);

@@ -72,7 +72,7 @@ typedef struct {
 static int fit_with(mt_train_fn fn, void *arg, const ds *sets, int nsets, mt_data_config data,
                     char *err, size_t len)
 {
-    mt_trainer_config cfg = {.run = {.storage_path = "/tmp/mpitrain-test-results",
+    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .overwrite = true,
                                      .name = "data", .verbose = MT_VERBOSE_SILENT},
                              .data = data};
     mt_trainer *t = NULL;

@@ -1,0 +1,97 @@
+/*
+ * stream.c -- moving variable amounts of bytes: gathering every rank's bytes to rank 0
+ * (reports), broadcasting a buffer of any size, and bounded point-to-point streams that
+ * carry a large array to or from rank 0 in chunks, so rank 0 never holds more than one
+ * chunk of another rank's data.
+ *
+ * These run inside a collective whose agreement already made every rank agree on what is
+ * sent; each returns MT_EMPI on an MPI failure. A receiver that cannot use the data (a
+ * write failed) keeps receiving, so senders never block forever.
+ */
+#include "collectives.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { TAG_STREAM = 7001 };
+
+int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens)
+{
+    int rc = MT_OK;
+    uint64_t mine = len, *sizes = NULL;
+    int *counts = NULL, *displs = NULL;
+    char *buf = NULL;
+    if (c->rank == 0) {
+        sizes = calloc((size_t)c->size, sizeof *sizes);
+        counts = calloc((size_t)c->size, sizeof *counts);
+        displs = calloc((size_t)c->size, sizeof *displs);
+        *lens = calloc((size_t)c->size, sizeof **lens);
+    }
+    MT__MPI(MPI_Gather(&mine, 1, MPI_UINT64_T, sizes, 1, MPI_UINT64_T, 0, c->comm), out);
+    if (c->rank == 0) {
+        uint64_t total = 0;
+        for (int r = 0; r < c->size; r++) {
+            displs[r] = (int)total;
+            counts[r] = (int)sizes[r];
+            (*lens)[r] = sizes[r];
+            total += sizes[r];
+        }
+        if (total > INT_MAX) /* reports are small; a bug if not */
+            rc = mt__error(MT_EINVAL, "gathered metrics exceed 2 GiB");
+        buf = malloc(total ? total : 1);
+        if (!buf && !rc)
+            rc = mt__error(MT_ENOMEM, "out of memory gathering %llu bytes",
+                           (unsigned long long)total);
+    }
+    MT__MPI(MPI_Gatherv(send, (int)len, MPI_BYTE, buf, counts, displs, MPI_BYTE, 0, c->comm),
+            out);
+out:
+    free(sizes);
+    free(counts);
+    free(displs);
+    if (c->rank == 0)
+        *all = buf;
+    return rc;
+}
+
+int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root)
+{
+    int rc = MT_OK;
+    for (size_t off = 0; off < len; off += (size_t)1 << 30) {
+        size_t n = len - off < ((size_t)1 << 30) ? len - off : (size_t)1 << 30;
+        MT__MPI(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, c->comm), out);
+    }
+out:
+    return rc;
+}
+
+int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t chunk)
+{
+    int rc = MT_OK;
+    for (size_t off = 0; off < len; off += chunk) {
+        size_t n = len - off < chunk ? len - off : chunk;
+        MT__MPI(MPI_Send((const char *)data + off, (int)n, MPI_BYTE, to, TAG_STREAM, c->comm),
+                out);
+    }
+out:
+    return rc;
+}
+
+int mt__stream_recv(mt__comm *c, int from, size_t len, void *buf, size_t chunk,
+                    int (*consume)(const void *piece, size_t n, size_t offset, void *arg),
+                    void *arg)
+{
+    int rc = MT_OK, mpi_rc = MT_OK;
+    for (size_t off = 0; off < len; off += chunk) {
+        size_t n = len - off < chunk ? len - off : chunk;
+        int e = MPI_Recv(buf, (int)n, MPI_BYTE, from, TAG_STREAM, c->comm, MPI_STATUS_IGNORE);
+        if (e != MPI_SUCCESS) {
+            mpi_rc = mt__mpi_error(e, "MPI_Recv (stream)");
+            break;
+        }
+        if (!rc)
+            rc = consume(buf, n, off, arg); /* after a failure, drain without consuming */
+    }
+    return mpi_rc ? mpi_rc : rc;
+}

@@ -1,0 +1,968 @@
+/*
+ * checkpoint.c -- mt_checkpoint: building one, committing it through rank 0, restoring.
+ *
+ * Commit (inside mt_report, every rank): the arrays are described and agreed (names,
+ * types, layouts and row shapes must match on every rank); rank 0 writes
+ * .checkpoint_NNNNNN.tmp/checkpoint.h5, taking the other ranks' sharded rows and files
+ * over MPI in chunks of at most MT_CHECKPOINT_BUFFER bytes (default 64 MiB), so it never
+ * holds more than one chunk of anyone else's data. Then: fsync the file and the folder,
+ * rename the folder to checkpoint_NNNNNN, fsync the run directory, replace run.json, and
+ * only then delete what retention drops. A crash at any point leaves the previous
+ * checkpoints and run.json intact.
+ *
+ * Every array carries a CRC-32 of its bytes in row order; restore verifies it.
+ */
+#include "runtime.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static size_t buffer_bytes(void)
+{
+    const char *env = getenv("MT_CHECKPOINT_BUFFER");
+    long long v = env ? atoll(env) : 0;
+    return v > 0 ? (size_t)v : (size_t)64 << 20;
+}
+
+/* A chunk size that is a whole number of rows (at least one row). */
+static size_t row_chunk(size_t row_bytes)
+{
+    size_t b = buffer_bytes();
+    if (row_bytes == 0)
+        return b;
+    return b < row_bytes ? row_bytes : b / row_bytes * row_bytes;
+}
+
+/* ------------------------------------------------------------ building */
+
+mt_checkpoint *mt_checkpoint_new(void)
+{
+    mt_checkpoint *ck = calloc(1, sizeof *ck);
+    if (!ck)
+        mt__error(MT_ENOMEM, "out of memory creating a checkpoint");
+    return ck;
+}
+
+void mt_checkpoint_free(mt_checkpoint **cp)
+{
+    if (!cp || !*cp)
+        return;
+    mt_checkpoint *ck = *cp;
+    for (int i = 0; i < ck->narrays; i++)
+        free(ck->arrays[i].name);
+    free(ck->arrays);
+    for (int i = 0; i < ck->nmeta; i++) {
+        free(ck->meta_keys[i]);
+        free(ck->meta_values[i]);
+    }
+    free(ck->meta_keys);
+    free(ck->meta_values);
+    for (int i = 0; i < ck->nfiles; i++) {
+        free(ck->files[i].name);
+        free(ck->files[i].path);
+    }
+    free(ck->files);
+    free(ck->path);
+    mt__ckpt_index_free(&ck->index);
+    free(ck);
+    *cp = NULL;
+}
+
+static bool bad_name(const char *name)
+{
+    return !name || !*name || strlen(name) > 200 || strchr(name, '/') || name[0] == '.';
+}
+
+int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
+                      const size_t *dims, const void *data, mt_layout layout)
+{
+    if (!ck || ck->path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_put: %s", ck ? "a stored checkpoint is "
+                                    "read-only" : "checkpoint is NULL");
+    if (bad_name(name))
+        return mt__error(MT_EINVAL, "mt_checkpoint_put: bad array name \"%s\" (1 to 200 bytes, "
+                                    "no '/', not starting with '.')", name ? name : "(null)");
+    if (mt_dtype_size(t) == 0)
+        return mt__error(MT_EINVAL, "mt_checkpoint_put %s: unknown dtype %d", name, (int)t);
+    if (ndim < 1 || ndim > 8 || !dims)
+        return mt__error(MT_EINVAL, "mt_checkpoint_put %s: ndim must be 1 to 8 (got %d)", name,
+                         ndim);
+    if (layout != MT_REPLICATED && layout != MT_SHARDED)
+        return mt__error(MT_EINVAL, "mt_checkpoint_put %s: unknown layout %d", name, (int)layout);
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= dims[i];
+    if (n > 0 && !data)
+        return mt__error(MT_EINVAL, "mt_checkpoint_put %s: data is NULL", name);
+    for (int i = 0; i < ck->narrays; i++)
+        if (!strcmp(ck->arrays[i].name, name))
+            return mt__error(MT_EINVAL, "mt_checkpoint_put: array %s was put already", name);
+    mt__ck_array *a = realloc(ck->arrays, (size_t)(ck->narrays + 1) * sizeof *a);
+    if (!a)
+        return mt__error(MT_ENOMEM, "out of memory adding array %s", name);
+    ck->arrays = a;
+    a = &ck->arrays[ck->narrays];
+    memset(a, 0, sizeof *a);
+    if (!(a->name = mt__strdup(name)))
+        return MT_ENOMEM;
+    a->dtype = t;
+    a->ndim = ndim;
+    memcpy(a->dims, dims, (size_t)ndim * sizeof *dims);
+    a->data = data;
+    a->layout = layout;
+    ck->narrays++;
+    return MT_OK;
+}
+
+int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value)
+{
+    if (!ck || ck->path || !key || !*key || strlen(key) > 255 || !value)
+        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: bad checkpoint, key or value");
+    for (int i = 0; i < ck->nmeta; i++)
+        if (!strcmp(ck->meta_keys[i], key)) {
+            char *v = mt__strdup(value);
+            if (!v)
+                return MT_ENOMEM;
+            free(ck->meta_values[i]);
+            ck->meta_values[i] = v;
+            return MT_OK;
+        }
+    char **k = realloc(ck->meta_keys, (size_t)(ck->nmeta + 1) * sizeof *k);
+    if (k)
+        ck->meta_keys = k;
+    char **v = realloc(ck->meta_values, (size_t)(ck->nmeta + 1) * sizeof *v);
+    if (v)
+        ck->meta_values = v;
+    if (!k || !v)
+        return mt__error(MT_ENOMEM, "out of memory adding metadata");
+    ck->meta_keys[ck->nmeta] = mt__strdup(key);
+    ck->meta_values[ck->nmeta] = mt__strdup(value);
+    if (!ck->meta_keys[ck->nmeta] || !ck->meta_values[ck->nmeta]) {
+        free(ck->meta_keys[ck->nmeta]);
+        free(ck->meta_values[ck->nmeta]);
+        return MT_ENOMEM;
+    }
+    ck->nmeta++;
+    return MT_OK;
+}
+
+int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path)
+{
+    if (!ck || ck->path || bad_name(name) || !strcmp(name, "checkpoint.h5") || !path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_add_file: bad checkpoint, name \"%s\" or "
+                                    "path", name ? name : "(null)");
+    mt__ck_file *f = realloc(ck->files, (size_t)(ck->nfiles + 1) * sizeof *f);
+    if (!f)
+        return mt__error(MT_ENOMEM, "out of memory adding file %s", name);
+    ck->files = f;
+    f[ck->nfiles].name = mt__strdup(name);
+    f[ck->nfiles].path = mt__strdup(path);
+    if (!f[ck->nfiles].name || !f[ck->nfiles].path) {
+        free(f[ck->nfiles].name);
+        free(f[ck->nfiles].path);
+        return MT_ENOMEM;
+    }
+    ck->nfiles++;
+    return MT_OK;
+}
+
+const char *mt_checkpoint_get_meta(const mt_checkpoint *ck, const char *key)
+{
+    if (!ck || !key)
+        return NULL;
+    for (int i = 0; i < ck->nmeta; i++)
+        if (!strcmp(ck->meta_keys[i], key))
+            return ck->meta_values[i];
+    for (int i = 0; i < ck->index.nmeta; i++)
+        if (!strcmp(ck->index.meta_keys[i], key))
+            return ck->index.meta_values[i];
+    return NULL;
+}
+
+const char *mt_checkpoint_path(const mt_checkpoint *ck)
+{
+    return ck ? ck->path : NULL;
+}
+
+/* ------------------------------------------------------------ commit */
+
+static size_t row_bytes_of(const mt__ck_array *a)
+{
+    size_t n = mt_dtype_size(a->dtype);
+    for (int i = 1; i < a->ndim; i++)
+        n *= a->dims[i];
+    return n;
+}
+
+/* Local checks and the signature every rank must share. */
+static int describe_local(const mt_checkpoint *ck, uint64_t *sig, int *nsharded)
+{
+    uint64_t h = mt__sig_mix(0, (uint64_t)ck->narrays);
+    *nsharded = 0;
+    for (int i = 0; i < ck->narrays; i++) {
+        const mt__ck_array *a = &ck->arrays[i];
+        for (const char *p = a->name; *p; p++)
+            h = mt__sig_mix(h, (uint64_t)(unsigned char)*p);
+        h = mt__sig_mix(mt__sig_mix(mt__sig_mix(h, a->dtype), a->layout), (uint64_t)a->ndim);
+        for (int d = a->layout == MT_SHARDED ? 1 : 0; d < a->ndim; d++)
+            h = mt__sig_mix(h, a->dims[d]);
+        *nsharded += a->layout == MT_SHARDED;
+    }
+    *sig = h;
+    for (int i = 0; i < ck->nfiles; i++)
+        if (access(ck->files[i].path, R_OK) != 0)
+            return mt__error(MT_EIO, "checkpoint file %s: cannot read %s: %s", ck->files[i].name,
+                             ck->files[i].path, strerror(errno));
+    return MT_OK;
+}
+
+typedef struct {
+    hid_t ds;
+    mt_dtype t;
+    size_t row_bytes;
+    uint64_t row0;
+    uLong crc;
+    const char *fail_hook; /* test hook: pause after the first piece */
+} writer;
+
+static void test_pause(void)
+{
+    const char *p = getenv("MT_TEST_COMMIT_PAUSE");
+    if (p && atof(p) > 0) {
+        fprintf(stderr, "mpitrain: test hook: pausing %s s inside a checkpoint commit\n", p);
+        fflush(stderr);
+        usleep((useconds_t)(atof(p) * 1e6));
+    }
+}
+
+static int write_piece(const void *piece, size_t n, size_t offset, void *arg)
+{
+    writer *w = arg;
+    w->crc = crc32(w->crc, piece, (uInt)n);
+    int rc = mt__ckpt_rows(w->ds, w->t, w->row0 + offset / w->row_bytes, n / w->row_bytes,
+                           (void *)piece, true);
+    if (w->fail_hook) {
+        w->fail_hook = NULL;
+        test_pause();
+    }
+    return rc;
+}
+
+static int copy_piece(const void *piece, size_t n, size_t offset, void *arg)
+{
+    FILE *f = arg;
+    return fwrite(piece, 1, n, f) == n ? MT_OK : mt__error(MT_EIO, "checkpoint file write failed");
+}
+
+/* Rank 0: write one array (its own rows, then every other rank's for a sharded one). */
+static int write_array(mt_context *c, hid_t file, const mt__ck_array *a, const int64_t *rows,
+                       char *buf, bool first, int status)
+{
+    int P = c->world_size, rc = status;
+    uint64_t dims[8];
+    for (int d = 0; d < a->ndim; d++)
+        dims[d] = a->dims[d];
+    int64_t *off = NULL;
+    if (a->layout == MT_SHARDED) {
+        off = calloc((size_t)P + 1, sizeof *off);
+        if (!off && !rc)
+            rc = mt__error(MT_ENOMEM, "out of memory");
+        for (int r = 0; off && r < P; r++)
+            off[r + 1] = off[r] + rows[r];
+        dims[0] = off ? (uint64_t)off[P] : 0;
+    }
+    writer w = {.ds = H5I_INVALID_HID, .t = a->dtype, .row_bytes = row_bytes_of(a),
+                .crc = crc32(0, NULL, 0), .fail_hook = first ? "pause" : NULL};
+    if (!rc)
+        rc = mt__ckpt_add_array(file, a->name, a->dtype, a->ndim, dims, &w.ds);
+    size_t own = (size_t)(a->layout == MT_SHARDED ? (size_t)rows[0] : a->dims[0]) * w.row_bytes;
+    if (!rc && own)
+        rc = write_piece(a->data, own, 0, &w);
+    size_t chunk = row_chunk(w.row_bytes);
+    for (int r = 1; a->layout == MT_SHARDED && r < P; r++) {
+        w.row0 = off ? (uint64_t)off[r] : 0;
+        int e = mt__stream_recv(c->comm, r, (size_t)rows[r] * w.row_bytes, buf, chunk,
+                                write_piece, rc ? NULL : &w);
+        if (!rc)
+            rc = e;
+    }
+    if (w.ds >= 0) {
+        int e = mt__ckpt_finish_array(w.ds, a->layout, (uint32_t)w.crc, off, off ? P + 1 : 0);
+        if (!rc)
+            rc = e;
+    }
+    free(off);
+    return rc;
+}
+
+static int drain(const void *piece, size_t n, size_t offset, void *arg)
+{
+    return MT_OK;
+}
+
+/* Rank 0: receive the other ranks' files (names and sizes in `desc`), then copy its own. */
+static int write_files(mt_context *c, const mt_checkpoint *ck, const char *dir, char *desc,
+                       size_t *lens, char *buf, int status)
+{
+    int rc = status;
+    size_t chunk = buffer_bytes(), pos = 0;
+    for (int r = 0; r < c->world_size; r++) {
+        size_t end = pos + lens[r];
+        while (pos < end) {
+            const char *name = desc + pos;
+            pos += strlen(name) + 1;
+            uint64_t size;
+            memcpy(&size, desc + pos, 8);
+            pos += 8;
+            char path[4096];
+            if (r == 0)
+                snprintf(path, sizeof path, "%s/%s", dir, name);
+            else {
+                snprintf(path, sizeof path, "%s/rank%d", dir, r);
+                if (!rc)
+                    rc = mt__mkdirs(path);
+                snprintf(path, sizeof path, "%s/rank%d/%s", dir, r, name);
+            }
+            FILE *out = rc ? NULL : fopen(path, "wb");
+            if (!rc && !out)
+                rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
+            if (r > 0) {
+                int e = mt__stream_recv(c->comm, r, size, buf, chunk, out ? copy_piece : drain, out);
+                if (!rc)
+                    rc = e;
+            } else if (out) {
+                const mt__ck_file *f = NULL;
+                for (int i = 0; i < ck->nfiles && !f; i++)
+                    if (!strcmp(ck->files[i].name, name))
+                        f = &ck->files[i];
+                FILE *in = f ? fopen(f->path, "rb") : NULL;
+                size_t n;
+                while (in && (n = fread(buf, 1, chunk, in)) > 0 && !rc)
+                    rc = copy_piece(buf, n, 0, out);
+                if (!in && !rc)
+                    rc = mt__error(MT_EIO, "cannot read checkpoint file %s", name);
+                if (in)
+                    fclose(in);
+            }
+            if (out && (fflush(out) != 0 || fsync(fileno(out)) != 0) && !rc)
+                rc = mt__error(MT_EIO, "cannot write %s", path);
+            if (out)
+                fclose(out);
+        }
+    }
+    return rc;
+}
+
+/* Other ranks: their sharded rows, then their files. */
+static int send_parts(mt_context *c, const mt_checkpoint *ck)
+{
+    int rc = MT_OK;
+    for (int i = 0; i < ck->narrays && !rc; i++) {
+        const mt__ck_array *a = &ck->arrays[i];
+        if (a->layout == MT_SHARDED)
+            rc = mt__stream_send(c->comm, 0, a->data, a->dims[0] * row_bytes_of(a),
+                                 row_chunk(row_bytes_of(a)));
+    }
+    size_t chunk = buffer_bytes();
+    char *buf = ck->nfiles ? malloc(chunk) : NULL;
+    for (int i = 0; i < ck->nfiles && !rc; i++) {
+        FILE *in = fopen(ck->files[i].path, "rb");
+        struct stat st;
+        size_t left = in && fstat(fileno(in), &st) == 0 ? (size_t)st.st_size : 0;
+        /* the size was announced: send exactly that many bytes whatever happens */
+        while (left > 0 && !rc) {
+            size_t n = left < chunk ? left : chunk, got = in && buf ? fread(buf, 1, n, in) : 0;
+            if (got < n && buf)
+                memset(buf + got, 0, n - got);
+            rc = buf ? mt__stream_send(c->comm, 0, buf, n, chunk) : MT_ENOMEM;
+            left -= n;
+        }
+        if (in)
+            fclose(in);
+    }
+    free(buf);
+    return rc;
+}
+
+static char *describe_files(const mt_checkpoint *ck, size_t *len)
+{
+    size_t n = 0;
+    for (int i = 0; i < ck->nfiles; i++)
+        n += strlen(ck->files[i].name) + 1 + 8;
+    char *b = malloc(n ? n : 1), *p = b;
+    for (int i = 0; b && i < ck->nfiles; i++) {
+        struct stat st;
+        uint64_t size = stat(ck->files[i].path, &st) == 0 ? (uint64_t)st.st_size : 0;
+        size_t l = strlen(ck->files[i].name) + 1;
+        memcpy(p, ck->files[i].name, l), p += l;
+        memcpy(p, &size, 8), p += 8;
+    }
+    *len = n;
+    return b;
+}
+
+/* Rank 0, after the data is durable: publish the folder, record it, apply retention. */
+static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *name,
+                   const mt_metrics *metrics, int64_t iteration)
+{
+    char final[4096];
+    snprintf(final, sizeof final, "%s/%s", run->dir, name);
+    int rc = mt__fsync_dir(tmp);
+    if (!rc && rename(tmp, final) != 0)
+        rc = mt__error(MT_EIO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    if (!rc)
+        rc = mt__fsync_dir(run->dir);
+    if (rc)
+        return rc;
+    mt__kept *k = realloc(run->kept, (size_t)(run->nkept + 1) * sizeof *k);
+    if (!k)
+        return mt__error(MT_ENOMEM, "out of memory recording %s", name);
+    run->kept = k;
+    k = &run->kept[run->nkept];
+    memset(k, 0, sizeof *k);
+    snprintf(k->name, sizeof k->name, "%s", name);
+    k->index = run->next_index++;
+    k->iteration = iteration;
+    if (!(k->metrics = mt_metrics_new()) || mt__metrics_copy(k->metrics, metrics)) {
+        mt_metrics_free(&k->metrics);
+        return mt__error(MT_ENOMEM, "out of memory recording %s", name);
+    }
+    run->latest = run->nkept++;
+    bool *drop = calloc((size_t)run->nkept, sizeof *drop);
+    if (!drop)
+        return mt__error(MT_ENOMEM, "out of memory applying retention");
+    mt__retention(run->kept, run->nkept, run->latest, &c->cfg->run.checkpoint, drop);
+    /* the state that forgets them is durable before any folder goes */
+    mt__kept *keep = calloc((size_t)run->nkept, sizeof *keep), *gone = calloc((size_t)run->nkept, sizeof *gone);
+    int nk = 0, ng = 0, latest = -1;
+    for (int i = 0; keep && gone && i < run->nkept; i++) {
+        if (drop[i])
+            gone[ng++] = run->kept[i];
+        else {
+            if (i == run->latest)
+                latest = nk;
+            keep[nk++] = run->kept[i];
+        }
+    }
+    free(drop);
+    if (!keep || !gone) {
+        free(keep);
+        free(gone);
+        return mt__error(MT_ENOMEM, "out of memory applying retention");
+    }
+    free(run->kept);
+    run->kept = keep;
+    run->nkept = nk;
+    run->latest = latest;
+    rc = mt__run_save(run);
+    for (int i = 0; i < ng; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", run->dir, gone[i].name);
+        if (!rc)
+            rc = mt__rmtree(path);
+        mt_metrics_free(&gone[i].metrics);
+    }
+    free(gone);
+    return rc;
+}
+
+int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *run,
+                          const mt_metrics *metrics, int64_t iteration, char *name, size_t len,
+                          bool *agreed)
+{
+    *agreed = true;
+    uint64_t sig = 0;
+    int nsh = 0, rc = describe_local(ck, &sig, &nsh);
+    mt__call call;
+    mt__call_init(&call, MT__CALL_REPORT, 1, ck->narrays, nsh);
+    call.sig = mt__sig_mix(call.sig, sig);
+    rc = mt__agree(c->comm, &call, rc, NULL);
+    if (rc)
+        return rc;
+    /* each rank's row count for every sharded array */
+    int P = c->world_size;
+    int64_t *mine = calloc((size_t)(nsh ? nsh : 1), sizeof *mine);
+    int64_t *all = calloc((size_t)(nsh ? nsh : 1) * (size_t)P, sizeof *all);
+    for (int i = 0, k = 0; mine && i < ck->narrays; i++)
+        if (ck->arrays[i].layout == MT_SHARDED)
+            mine[k++] = (int64_t)ck->arrays[i].dims[0];
+    rc = !mine || !all ? mt__error(MT_ENOMEM, "out of memory committing a checkpoint") : MT_OK;
+    if (!rc && nsh)
+        rc = mt__allgather(c->comm, mine, all, (size_t)nsh, MT_I64);
+    size_t flen = 0, *flens = NULL;
+    char *fdesc = NULL, *allf = NULL;
+    if (!rc) {
+        fdesc = describe_files(ck, &flen);
+        rc = mt__gather_bytes(c->comm, fdesc, fdesc ? flen : 0, &allf, &flens);
+    }
+    if (rc) { /* an MPI failure: nothing sensible is left to do together */
+        free(mine), free(all), free(fdesc), free(allf), free(flens);
+        return rc;
+    }
+    *agreed = false; /* from here each rank has its own status; the report agrees on it */
+    if (c->world_rank != 0) {
+        rc = send_parts(c, ck);
+        free(mine), free(all), free(fdesc);
+        return rc;
+    }
+    /* rank 0 */
+    snprintf(name, len, "checkpoint_%06lld", (long long)run->next_index);
+    char tmp[4096], h5[4200];
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", run->dir, name);
+    snprintf(h5, sizeof h5, "%s/checkpoint.h5", tmp);
+    mt__rmtree(tmp);
+    char *buf = malloc(buffer_bytes());
+    int status = buf ? mt__mkdirs(tmp) : mt__error(MT_ENOMEM, "out of memory for the checkpoint buffer");
+    hid_t file = H5I_INVALID_HID;
+    if (!status)
+        status = mt__ckpt_create(h5, &file);
+    int64_t *rows = calloc((size_t)P, sizeof *rows);
+    for (int i = 0, k = 0; i < ck->narrays; i++) {
+        const mt__ck_array *a = &ck->arrays[i];
+        if (a->layout == MT_SHARDED && rows) {
+            for (int r = 0; r < P; r++)
+                rows[r] = all[(size_t)r * (size_t)nsh + (size_t)k];
+            k++;
+        }
+        status = write_array(c, file, a, rows, buf, i == 0, status);
+    }
+    for (int i = 0; i < ck->nmeta && !status; i++)
+        status = mt__ckpt_set_meta(file, ck->meta_keys[i], ck->meta_values[i]);
+    if (file >= 0) {
+        int e = mt__ckpt_close(file, h5, true);
+        if (!status)
+            status = e;
+    }
+    status = write_files(c, ck, tmp, allf, flens, buf, status);
+    if (!status)
+        status = publish(c, run, tmp, name, metrics, iteration);
+    else
+        mt__rmtree(tmp);
+    free(rows), free(buf), free(mine), free(all), free(fdesc), free(allf), free(flens);
+    return status;
+}
+
+/* ------------------------------------------------------------ stored checkpoints */
+
+/* Rank 0: read every array and compare its checksum. */
+static int verify(const char *dir, mt__ckpt_index *ix)
+{
+    char h5[4200];
+    snprintf(h5, sizeof h5, "%s/checkpoint.h5", dir);
+    hid_t f;
+    int rc = mt__ckpt_open(h5, &f);
+    if (rc)
+        return rc;
+    rc = mt__ckpt_read_index(f, h5, ix);
+    char *buf = rc ? NULL : malloc(buffer_bytes());
+    if (!rc && !buf)
+        rc = mt__error(MT_ENOMEM, "out of memory verifying %s", h5);
+    for (int i = 0; !rc && i < ix->n; i++) {
+        const mt__ckpt_array *a = &ix->arrays[i];
+        size_t rb = mt_dtype_size(a->dtype);
+        for (int d = 1; d < a->ndim; d++)
+            rb *= a->dims[d];
+        size_t per = row_chunk(rb) / (rb ? rb : 1);
+        hid_t ds;
+        rc = mt__ckpt_open_array(f, a->name, &ds);
+        uLong crc = crc32(0, NULL, 0);
+        for (uint64_t r = 0; !rc && r < a->dims[0]; r += per) {
+            uint64_t n = a->dims[0] - r < per ? a->dims[0] - r : per;
+            rc = mt__ckpt_rows(ds, a->dtype, r, n, buf, false);
+            if (!rc)
+                crc = crc32(crc, (const Bytef *)buf, (uInt)(n * rb));
+        }
+        if (!rc)
+            mt__ckpt_close_array(ds);
+        if (!rc && (uint32_t)crc != a->crc)
+            rc = mt__error(MT_EFORMAT, "%s: array %s fails its checksum", h5, a->name);
+    }
+    free(buf);
+    mt__ckpt_close(f, h5, false);
+    if (rc)
+        mt__ckpt_index_free(ix);
+    return rc;
+}
+
+int mt__checkpoint_pick_valid(mt__rundir *run, int verbose)
+{
+    /* newest first */
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < run->nkept; i++)
+            if (best < 0 || run->kept[i].index > run->kept[best].index)
+                best = i;
+        if (best < 0)
+            return -1;
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[best].name);
+        mt__ckpt_index ix;
+        if (verify(dir, &ix) == MT_OK) {
+            mt__ckpt_index_free(&ix);
+            run->latest = best;
+            return best;
+        }
+        fprintf(stderr, "mpitrain: warning: skipping %s: %s\n", dir, mt_last_error());
+        /* forget it (the folder stays for inspection) */
+        mt_metrics_free(&run->kept[best].metrics);
+        run->kept[best] = run->kept[--run->nkept];
+        run->latest = -1;
+    }
+}
+
+char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix)
+{
+    json_t *arrays = json_array(), *meta = json_object();
+    for (int i = 0; i < ix->n; i++) {
+        const mt__ckpt_array *a = &ix->arrays[i];
+        json_t *dims = json_array(), *off = json_array();
+        for (int d = 0; d < a->ndim; d++)
+            json_array_append_new(dims, json_integer((json_int_t)a->dims[d]));
+        for (int k = 0; k < a->noffsets; k++)
+            json_array_append_new(off, json_integer(a->offsets[k]));
+        json_array_append_new(arrays, json_pack("{s:s, s:i, s:o, s:i, s:I, s:o}", "name",
+                                                a->name, "dtype", (int)a->dtype, "dims", dims,
+                                                "layout", a->layout, "crc", (json_int_t)a->crc,
+                                                "offsets", off));
+    }
+    for (int i = 0; i < ix->nmeta; i++)
+        json_object_set_new(meta, ix->meta_keys[i], json_string(ix->meta_values[i]));
+    json_t *j = json_pack("{s:s, s:o, s:o}", "path", path, "arrays", arrays, "meta", meta);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
+int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
+{
+    json_t *j = json_loads(text, 0, NULL), *arrays, *meta;
+    const char *path;
+    if (!j || json_unpack(j, "{s:s, s:o, s:o}", "path", &path, "arrays", &arrays, "meta", &meta)) {
+        json_decref(j);
+        return mt__error(MT_EFORMAT, "corrupt checkpoint description");
+    }
+    mt_checkpoint *ck = mt_checkpoint_new();
+    int rc = ck && (ck->path = mt__strdup(path)) ? MT_OK : MT_ENOMEM;
+    size_t n = json_array_size(arrays);
+    if (!rc && n && !(ck->index.arrays = calloc(n, sizeof *ck->index.arrays)))
+        rc = MT_ENOMEM;
+    for (size_t i = 0; !rc && i < n; i++) {
+        json_t *e = json_array_get(arrays, i), *dims, *off;
+        const char *name;
+        int dtype, layout;
+        json_int_t crc;
+        if (json_unpack(e, "{s:s, s:i, s:o, s:i, s:I, s:o}", "name", &name, "dtype", &dtype,
+                        "dims", &dims, "layout", &layout, "crc", &crc, "offsets", &off)) {
+            rc = mt__error(MT_EFORMAT, "corrupt checkpoint description");
+            break;
+        }
+        mt__ckpt_array *a = &ck->index.arrays[ck->index.n++];
+        snprintf(a->name, sizeof a->name, "%s", name);
+        a->dtype = (mt_dtype)dtype;
+        a->layout = layout;
+        a->crc = (uint32_t)crc;
+        a->ndim = (int)json_array_size(dims);
+        for (int d = 0; d < a->ndim && d < 8; d++)
+            a->dims[d] = (uint64_t)json_integer_value(json_array_get(dims, (size_t)d));
+        a->noffsets = (int)json_array_size(off);
+        if (a->noffsets && (a->offsets = malloc((size_t)a->noffsets * sizeof(int64_t))))
+            for (int k = 0; k < a->noffsets; k++)
+                a->offsets[k] = json_integer_value(json_array_get(off, (size_t)k));
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(meta, key, v)
+    {
+        if (rc)
+            break;
+        char **k = realloc(ck->index.meta_keys, (size_t)(ck->index.nmeta + 1) * sizeof *k);
+        char **vals = k ? realloc(ck->index.meta_values, (size_t)(ck->index.nmeta + 1) * sizeof *vals) : NULL;
+        if (k)
+            ck->index.meta_keys = k;
+        if (vals)
+            ck->index.meta_values = vals;
+        if (!k || !vals) {
+            rc = MT_ENOMEM;
+            break;
+        }
+        ck->index.meta_keys[ck->index.nmeta] = strdup(key);
+        ck->index.meta_values[ck->index.nmeta++] = strdup(json_string_value(v));
+    }
+    json_decref(j);
+    if (rc) {
+        mt_checkpoint_free(&ck);
+        return rc;
+    }
+    *out = ck;
+    return MT_OK;
+}
+
+int mt__checkpoint_open_stored(const char *path, mt_checkpoint **out)
+{
+    char h5[4200];
+    snprintf(h5, sizeof h5, "%s/checkpoint.h5", path);
+    hid_t f;
+    int rc = mt__ckpt_open(h5, &f);
+    if (rc)
+        return rc;
+    mt_checkpoint *ck = mt_checkpoint_new();
+    rc = ck && (ck->path = mt__strdup(path)) ? mt__ckpt_read_index(f, h5, &ck->index) : MT_ENOMEM;
+    mt__ckpt_close(f, h5, false);
+    if (rc)
+        mt_checkpoint_free(&ck);
+    *out = ck;
+    return rc;
+}
+
+/* ------------------------------------------------------------ restore */
+
+static const mt__ckpt_array *stored_array(const mt_checkpoint *ck, const char *name)
+{
+    for (int i = 0; ck && name && i < ck->index.n; i++)
+        if (!strcmp(ck->index.arrays[i].name, name))
+            return &ck->index.arrays[i];
+    return NULL;
+}
+
+/* This rank's rows of a sharded array: the saved split at the same world size, else an
+ * even split. */
+static void my_rows(const mt_checkpoint *ck, const mt__ckpt_array *a, int rank, int size,
+                    uint64_t *start, uint64_t *count)
+{
+    if (!ck->ctx || a->layout != MT_SHARDED) {
+        *start = 0;
+        *count = a->dims[0];
+    } else if (a->noffsets == size + 1) {
+        *start = (uint64_t)a->offsets[rank];
+        *count = (uint64_t)(a->offsets[rank + 1] - a->offsets[rank]);
+    } else {
+        uint64_t n = a->dims[0];
+        *start = n * (uint64_t)rank / (uint64_t)size;
+        *count = n * (uint64_t)(rank + 1) / (uint64_t)size - *start;
+    }
+}
+
+int mt_checkpoint_dims(const mt_checkpoint *ck, const char *name, int *ndim, size_t dims[8])
+{
+    const mt__ckpt_array *a = stored_array(ck, name);
+    if (!a)
+        return mt__error(MT_ENOTFOUND, "checkpoint %s has no array %s",
+                         ck && ck->path ? ck->path : "(not stored)", name ? name : "(null)");
+    uint64_t start, count;
+    my_rows(ck, a, ck->ctx ? ck->ctx->world_rank : 0, ck->ctx ? ck->ctx->world_size : 1,
+            &start, &count);
+    if (ndim)
+        *ndim = a->ndim;
+    if (dims) {
+        dims[0] = (size_t)count;
+        for (int d = 1; d < a->ndim; d++)
+            dims[d] = (size_t)a->dims[d];
+    }
+    return MT_OK;
+}
+
+typedef struct {
+    char *out;
+    mt_dtype to, from;
+} converter;
+
+static int convert_piece(const void *piece, size_t n, size_t offset, void *arg)
+{
+    converter *cv = arg;
+    size_t es = mt_dtype_size(cv->from);
+    mt__convert(cv->out + offset / es * mt_dtype_size(cv->to), cv->to, piece, cv->from, n / es);
+    return MT_OK;
+}
+
+/* Rank 0 reads rows [start, start+count) piece by piece; each piece goes to `sink`. */
+static int read_rows(hid_t ds, const mt__ckpt_array *a, uint64_t start, uint64_t count,
+                     char *buf, uLong *crc, int (*sink)(const void *, size_t, size_t, void *),
+                     void *arg)
+{
+    size_t rb = mt_dtype_size(a->dtype);
+    for (int d = 1; d < a->ndim; d++)
+        rb *= a->dims[d];
+    size_t per = row_chunk(rb) / (rb ? rb : 1);
+    int rc = MT_OK;
+    for (uint64_t r = 0; !rc && r < count; r += per) {
+        uint64_t n = count - r < per ? count - r : per;
+        rc = mt__ckpt_rows(ds, a->dtype, start + r, n, buf, false);
+        if (!rc) {
+            *crc = crc32(*crc, (const Bytef *)buf, (uInt)(n * rb));
+            rc = sink(buf, n * rb, r * rb, arg);
+        }
+    }
+    return rc;
+}
+
+typedef struct {
+    mt__comm *comm;
+    int to;
+    size_t chunk;
+} sender;
+
+static int send_piece(const void *piece, size_t n, size_t offset, void *arg)
+{
+    sender *s = arg;
+    return mt__stream_send(s->comm, s->to, piece, n, s->chunk);
+}
+
+typedef struct {
+    mt__comm *comm;
+    converter cv;
+} bcaster;
+
+static int bcast_piece(const void *piece, size_t n, size_t offset, void *arg)
+{
+    bcaster *b = arg;
+    uint64_t len = n;
+    int rc = mt__bcast_bytes(b->comm, &len, sizeof len, 0);
+    if (!rc)
+        rc = mt__bcast_bytes(b->comm, (void *)piece, n, 0);
+    if (!rc)
+        convert_piece(piece, n, offset, &b->cv);
+    return rc;
+}
+
+/* Local read of a whole array (outside fit). */
+static int get_local(const mt_checkpoint *ck, const mt__ckpt_array *a, mt_dtype t, void *out)
+{
+    char h5[4200];
+    snprintf(h5, sizeof h5, "%s/checkpoint.h5", ck->path);
+    hid_t f, ds;
+    int rc = mt__ckpt_open(h5, &f);
+    if (rc)
+        return rc;
+    char *buf = malloc(buffer_bytes());
+    rc = buf ? mt__ckpt_open_array(f, a->name, &ds) : MT_ENOMEM;
+    uLong crc = crc32(0, NULL, 0);
+    converter cv = {out, t, a->dtype};
+    if (!rc) {
+        rc = read_rows(ds, a, 0, a->dims[0], buf, &crc, convert_piece, &cv);
+        mt__ckpt_close_array(ds);
+    }
+    if (!rc && (uint32_t)crc != a->crc)
+        rc = mt__error(MT_EFORMAT, "%s: array %s fails its checksum", h5, a->name);
+    free(buf);
+    mt__ckpt_close(f, h5, false);
+    return rc;
+}
+
+int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, void *out,
+                      size_t count)
+{
+    int rc = MT_OK;
+    const mt__ckpt_array *a = stored_array(ck, name);
+    uint64_t start = 0, rows = 0;
+    size_t re = 1;
+    if (!ck || !ck->path)
+        rc = mt__error(MT_EINVAL, "mt_checkpoint_get: not a stored checkpoint");
+    else if (!a)
+        rc = mt__error(MT_ENOTFOUND, "checkpoint %s has no array %s", ck->path,
+                       name ? name : "(null)");
+    else if (mt_dtype_size(t) == 0)
+        rc = mt__error(MT_EINVAL, "mt_checkpoint_get %s: unknown dtype %d", name, (int)t);
+    else {
+        for (int d = 1; d < a->ndim; d++)
+            re *= a->dims[d];
+        my_rows(ck, a, ck->ctx ? ck->ctx->world_rank : 0, ck->ctx ? ck->ctx->world_size : 1,
+                &start, &rows);
+        if (count != rows * re)
+            rc = mt__error(MT_EINVAL, "mt_checkpoint_get %s: out holds %zu elements, this rank's "
+                           "part has %llu (see mt_checkpoint_dims)", name, count,
+                           (unsigned long long)(rows * re));
+        else if (count && !out)
+            rc = mt__error(MT_EINVAL, "mt_checkpoint_get %s: out is NULL", name);
+    }
+    if (!ck || !ck->ctx)
+        return rc ? rc : get_local(ck, a, t, out);
+    mt_context *c = ck->ctx;
+    mt__call call;
+    uint64_t h = 0;
+    for (const char *p = name ? name : ""; *p; p++)
+        h = mt__sig_mix(h, (uint64_t)(unsigned char)*p);
+    mt__call_init(&call, MT__CALL_CKPT_GET, 0, (int64_t)t, 0);
+    call.sig = mt__sig_mix(call.sig, h);
+    rc = mt__agree(c->comm, &call, rc, NULL);
+    if (rc)
+        return rc;
+    size_t es = mt_dtype_size(a->dtype), chunk = row_chunk(re * es);
+    converter cv = {out, t, a->dtype};
+    int status = MT_OK;
+    if (c->world_rank == 0) {
+        char h5[4200];
+        snprintf(h5, sizeof h5, "%s/checkpoint.h5", ck->path);
+        hid_t f = H5I_INVALID_HID, ds = H5I_INVALID_HID;
+        char *buf = malloc(chunk);
+        status = buf ? mt__ckpt_open(h5, &f) : MT_ENOMEM;
+        if (!status)
+            status = mt__ckpt_open_array(f, a->name, &ds);
+        uLong crc = crc32(0, NULL, 0);
+        if (a->layout == MT_REPLICATED) {
+            bcaster b = {c->comm, cv};
+            uint64_t zero = 0;
+            if (!status)
+                status = read_rows(ds, a, 0, a->dims[0], buf, &crc, bcast_piece, &b);
+            mt__bcast_bytes(c->comm, &zero, sizeof zero, 0); /* end of the pieces */
+        } else {
+            for (int r = 0; r < c->world_size; r++) {
+                uint64_t s0, n0;
+                my_rows(ck, a, r, c->world_size, &s0, &n0);
+                sender snd = {c->comm, r, chunk};
+                if (r == 0)
+                    status = status ? status : read_rows(ds, a, s0, n0, buf, &crc, convert_piece, &cv);
+                else if (!status)
+                    status = read_rows(ds, a, s0, n0, buf, &crc, send_piece, &snd);
+                else { /* keep the promise of n0 rows so rank r does not wait forever */
+                    memset(buf, 0, chunk);
+                    for (uint64_t left = n0 * re * es; left > 0;) {
+                        size_t n = left < chunk ? left : chunk;
+                        mt__stream_send(c->comm, r, buf, n, chunk);
+                        left -= n;
+                    }
+                }
+            }
+        }
+        if (!status && (uint32_t)crc != a->crc)
+            status = mt__error(MT_EFORMAT, "%s: array %s fails its checksum", h5, a->name);
+        if (ds >= 0)
+            mt__ckpt_close_array(ds);
+        if (f >= 0)
+            mt__ckpt_close(f, h5, false);
+        free(buf);
+    } else if (a->layout == MT_REPLICATED) {
+        char *buf = malloc(chunk);
+        size_t offset = 0;
+        for (;;) {
+            uint64_t len = 0;
+            int e = mt__bcast_bytes(c->comm, &len, sizeof len, 0);
+            if (e || len == 0) {
+                status = e;
+                break;
+            }
+            e = mt__bcast_bytes(c->comm, buf, (size_t)len, 0);
+            if (e) {
+                status = e;
+                break;
+            }
+            convert_piece(buf, (size_t)len, offset, &cv);
+            offset += (size_t)len;
+        }
+        free(buf);
+    } else {
+        char *buf = malloc(chunk);
+        status = buf ? mt__stream_recv(c->comm, 0, rows * re * es, buf, chunk, convert_piece, &cv)
+                     : MT_ENOMEM;
+        free(buf);
+    }
+    mt__call done;
+    mt__call_init(&done, MT__CALL_CKPT_GET, 1, (int64_t)t, 0);
+    return mt__agree(c->comm, &done, status, NULL);
+}

@@ -1,0 +1,298 @@
+/*
+ * metrics.c -- mt_metrics: typed key/value pairs (f64, i64, string) in insertion order,
+ * and their compact encoding for the trip to rank 0 and their JSON form.
+ */
+#include "runtime.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_MAX 255
+
+mt_metrics *mt_metrics_new(void)
+{
+    mt_metrics *m = calloc(1, sizeof *m);
+    if (!m)
+        mt__error(MT_ENOMEM, "out of memory creating metrics");
+    return m;
+}
+
+void mt__metrics_clear(mt_metrics *m)
+{
+    for (int i = 0; i < m->n; i++) {
+        free(m->e[i].key);
+        free(m->e[i].s);
+    }
+    m->n = 0;
+}
+
+void mt_metrics_free(mt_metrics **mp)
+{
+    if (!mp || !*mp)
+        return;
+    mt__metrics_clear(*mp);
+    free((*mp)->e);
+    free(*mp);
+    *mp = NULL;
+}
+
+static int check_key(const char *key)
+{
+    if (!key || !*key)
+        return mt__error(MT_EINVAL, "metric key must not be empty");
+    size_t n = strlen(key);
+    if (n > KEY_MAX)
+        return mt__error(MT_EINVAL, "metric key is %zu bytes; at most %d are allowed", n, KEY_MAX);
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return mt__error(MT_EINVAL, "metric key \"%s\" has a control character at byte %d",
+                             key, (int)((const char *)p - key));
+    return MT_OK;
+}
+
+static mt__metric *slot(mt_metrics *m, const char *key, int *rc)
+{
+    if (!m) {
+        *rc = mt__error(MT_EINVAL, "metrics is NULL");
+        return NULL;
+    }
+    if ((*rc = check_key(key)))
+        return NULL;
+    for (int i = 0; i < m->n; i++)
+        if (!strcmp(m->e[i].key, key)) {
+            free(m->e[i].s);
+            m->e[i].s = NULL;
+            return &m->e[i];
+        }
+    if (m->n == m->cap) {
+        int cap = m->cap ? 2 * m->cap : 16;
+        mt__metric *e = realloc(m->e, (size_t)cap * sizeof *e);
+        if (!e) {
+            *rc = mt__error(MT_ENOMEM, "out of memory adding metric %s", key);
+            return NULL;
+        }
+        m->e = e;
+        m->cap = cap;
+    }
+    mt__metric *e = &m->e[m->n];
+    memset(e, 0, sizeof *e);
+    if (!(e->key = mt__strdup(key))) {
+        *rc = MT_ENOMEM;
+        return NULL;
+    }
+    m->n++;
+    return e;
+}
+
+int mt_metrics_set_f64(mt_metrics *m, const char *key, double v)
+{
+    int rc;
+    mt__metric *e = slot(m, key, &rc);
+    if (e) {
+        e->type = MT__METRIC_F64;
+        e->f = v;
+    }
+    return rc;
+}
+
+int mt_metrics_set_i64(mt_metrics *m, const char *key, int64_t v)
+{
+    int rc;
+    mt__metric *e = slot(m, key, &rc);
+    if (e) {
+        e->type = MT__METRIC_I64;
+        e->i = v;
+    }
+    return rc;
+}
+
+int mt_metrics_set_str(mt_metrics *m, const char *key, const char *v)
+{
+    if (!v)
+        return mt__error(MT_EINVAL, "metric %s: string value is NULL", key ? key : "");
+    int rc;
+    mt__metric *e = slot(m, key, &rc);
+    if (e) {
+        e->type = MT__METRIC_STR;
+        if (!(e->s = mt__strdup(v))) {
+            e->type = MT__METRIC_I64;
+            return MT_ENOMEM;
+        }
+    }
+    return rc;
+}
+
+const mt__metric *mt__metrics_find(const mt_metrics *m, const char *key)
+{
+    for (int i = 0; m && key && i < m->n; i++)
+        if (!strcmp(m->e[i].key, key))
+            return &m->e[i];
+    return NULL;
+}
+
+int mt_metrics_get_f64(const mt_metrics *m, const char *key, double *out)
+{
+    const mt__metric *e = mt__metrics_find(m, key);
+    if (!e || e->type == MT__METRIC_STR)
+        return mt__error(MT_ENOTFOUND, "no numeric metric %s", key ? key : "(null)");
+    *out = e->type == MT__METRIC_F64 ? e->f : (double)e->i;
+    return MT_OK;
+}
+
+int mt_metrics_get_i64(const mt_metrics *m, const char *key, int64_t *out)
+{
+    const mt__metric *e = mt__metrics_find(m, key);
+    if (!e || e->type == MT__METRIC_STR)
+        return mt__error(MT_ENOTFOUND, "no numeric metric %s", key ? key : "(null)");
+    *out = e->type == MT__METRIC_I64 ? e->i : (int64_t)e->f;
+    return MT_OK;
+}
+
+const char *mt_metrics_get_str(const mt_metrics *m, const char *key)
+{
+    const mt__metric *e = mt__metrics_find(m, key);
+    return e && e->type == MT__METRIC_STR ? e->s : NULL;
+}
+
+size_t mt_metrics_count(const mt_metrics *m)
+{
+    return m ? (size_t)m->n : 0;
+}
+
+const char *mt_metrics_key(const mt_metrics *m, size_t i)
+{
+    return m && i < (size_t)m->n ? m->e[i].key : NULL;
+}
+
+int mt__metrics_copy(mt_metrics *dst, const mt_metrics *src)
+{
+    int rc = MT_OK;
+    for (int i = 0; src && i < src->n && !rc; i++) {
+        const mt__metric *e = &src->e[i];
+        rc = e->type == MT__METRIC_F64 ? mt_metrics_set_f64(dst, e->key, e->f)
+             : e->type == MT__METRIC_I64 ? mt_metrics_set_i64(dst, e->key, e->i)
+                                         : mt_metrics_set_str(dst, e->key, e->s);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------ encoding */
+
+/* [type u8][key len u16][key][value: 8 bytes | u32 len + bytes] ... */
+int mt__metrics_encode(const mt_metrics *m, char **out, size_t *len)
+{
+    size_t n = 0;
+    for (int i = 0; m && i < m->n; i++)
+        n += 3 + strlen(m->e[i].key) + (m->e[i].type == MT__METRIC_STR ? 4 + strlen(m->e[i].s) : 8);
+    char *b = malloc(n ? n : 1), *p = b;
+    if (!b)
+        return mt__error(MT_ENOMEM, "out of memory encoding metrics");
+    for (int i = 0; m && i < m->n; i++) {
+        const mt__metric *e = &m->e[i];
+        uint16_t kl = (uint16_t)strlen(e->key);
+        *p++ = (char)e->type;
+        memcpy(p, &kl, 2), p += 2;
+        memcpy(p, e->key, kl), p += kl;
+        if (e->type == MT__METRIC_STR) {
+            uint32_t sl = (uint32_t)strlen(e->s);
+            memcpy(p, &sl, 4), p += 4;
+            memcpy(p, e->s, sl), p += sl;
+        } else if (e->type == MT__METRIC_F64)
+            memcpy(p, &e->f, 8), p += 8;
+        else
+            memcpy(p, &e->i, 8), p += 8;
+    }
+    *out = b;
+    *len = n;
+    return MT_OK;
+}
+
+int mt__metrics_decode(mt_metrics *m, const char *b, size_t len)
+{
+    const char *p = b, *end = b + len;
+    int rc = MT_OK;
+    char key[KEY_MAX + 1];
+    while (p < end && !rc) {
+        int type = *p++;
+        uint16_t kl;
+        if (end - p < 2)
+            return mt__error(MT_EFORMAT, "corrupt metrics message");
+        memcpy(&kl, p, 2), p += 2;
+        if (kl > KEY_MAX || end - p < kl)
+            return mt__error(MT_EFORMAT, "corrupt metrics message");
+        memcpy(key, p, kl), p += kl;
+        key[kl] = '\0';
+        if (type == MT__METRIC_STR) {
+            uint32_t sl;
+            if (end - p < 4)
+                return mt__error(MT_EFORMAT, "corrupt metrics message");
+            memcpy(&sl, p, 4), p += 4;
+            if ((size_t)(end - p) < sl)
+                return mt__error(MT_EFORMAT, "corrupt metrics message");
+            char *s = malloc(sl + 1);
+            if (!s)
+                return mt__error(MT_ENOMEM, "out of memory decoding metrics");
+            memcpy(s, p, sl), p += sl;
+            s[sl] = '\0';
+            rc = mt_metrics_set_str(m, key, s);
+            free(s);
+        } else {
+            if (end - p < 8)
+                return mt__error(MT_EFORMAT, "corrupt metrics message");
+            if (type == MT__METRIC_F64) {
+                double v;
+                memcpy(&v, p, 8);
+                rc = mt_metrics_set_f64(m, key, v);
+            } else {
+                int64_t v;
+                memcpy(&v, p, 8);
+                rc = mt_metrics_set_i64(m, key, v);
+            }
+            p += 8;
+        }
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------ JSON */
+
+json_t *mt__metrics_to_json(const mt_metrics *m)
+{
+    json_t *o = json_object();
+    for (int i = 0; o && m && i < m->n; i++) {
+        const mt__metric *e = &m->e[i];
+        json_t *v = e->type == MT__METRIC_STR ? json_string(e->s)
+                    : e->type == MT__METRIC_I64 ? json_integer(e->i)
+                    : isfinite(e->f) ? json_real(e->f)
+                                     : json_string(isnan(e->f) ? "NaN" : e->f > 0 ? "Infinity" : "-Infinity");
+        json_object_set_new(o, e->key, v);
+    }
+    return o;
+}
+
+int mt__metrics_from_json(mt_metrics *m, const json_t *o)
+{
+    const char *key;
+    json_t *v;
+    int rc = MT_OK;
+    json_object_foreach((json_t *)o, key, v)
+    {
+        if (rc)
+            break;
+        if (json_is_integer(v))
+            rc = mt_metrics_set_i64(m, key, json_integer_value(v));
+        else if (json_is_real(v))
+            rc = mt_metrics_set_f64(m, key, json_real_value(v));
+        else if (json_is_string(v)) {
+            const char *s = json_string_value(v);
+            if (!strcmp(s, "NaN"))
+                rc = mt_metrics_set_f64(m, key, NAN);
+            else if (!strcmp(s, "Infinity") || !strcmp(s, "-Infinity"))
+                rc = mt_metrics_set_f64(m, key, s[0] == '-' ? -INFINITY : INFINITY);
+            else
+                rc = mt_metrics_set_str(m, key, s);
+        }
+    }
+    return rc;
+}

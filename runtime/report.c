@@ -1,0 +1,206 @@
+/*
+ * report.c -- mt_report: every rank's metrics to rank 0 (one agreement, one gather), an
+ * optional checkpoint commit, rank 0's line in result.json and progress.csv, and one
+ * closing agreement so that a write failure on rank 0 is every rank's error.
+ *
+ * The opening agreement also carries stop requests (SIGTERM/SIGUSR1 on any rank): from
+ * then on mt_should_checkpoint is true on every rank, and the report that commits the
+ * next checkpoint returns MT_ESTOP.
+ */
+#include "runtime.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+bool mt_should_checkpoint(const mt_context *c)
+{
+    if (!c)
+        return false;
+    if (c->stop)
+        return true;
+    const mt_checkpoint_config *k = &c->cfg->run.checkpoint;
+    int64_t next = c->iteration + 1;
+    if (k->frequency > 0 && next % k->frequency == 0)
+        return true;
+    return k->at_end && c->total_iterations > 0 && next == c->total_iterations;
+}
+
+void mt_set_total_iterations(mt_context *c, int64_t n)
+{
+    if (c)
+        c->total_iterations = n;
+}
+
+/* Rank 0: the row for result.json (rank 0's metrics, automatic keys, spread over ranks). */
+static json_t *build_row(mt_context *c, const char *all, const size_t *lens, mt_metrics *row,
+                         double now)
+{
+    size_t off = 0;
+    mt_metrics **per = calloc((size_t)c->world_size, sizeof *per);
+    for (int r = 0; per && r < c->world_size; r++) {
+        per[r] = mt_metrics_new();
+        if (per[r])
+            mt__metrics_decode(per[r], all + off, lens[r]);
+        off += lens[r];
+    }
+    mt__metrics_copy(row, per ? per[0] : NULL);
+    json_t *j = mt__metrics_to_json(row);
+    json_t *spread = json_object();
+    for (int i = 0; per && per[0] && i < per[0]->n; i++) {
+        const mt__metric *e = &per[0]->e[i];
+        if (e->type == MT__METRIC_STR || c->world_size == 1)
+            continue;
+        double mn = INFINITY, mx = -INFINITY, sum = 0;
+        int n = 0;
+        for (int r = 0; r < c->world_size; r++) {
+            double v;
+            if (per[r] && mt_metrics_get_f64(per[r], e->key, &v) == MT_OK) {
+                mn = fmin(mn, v), mx = fmax(mx, v), sum += v, n++;
+            }
+        }
+        json_object_set_new(spread, e->key, json_pack("{s:f, s:f, s:f, s:i}", "min", mn, "mean",
+                                                      sum / n, "max", mx, "ranks", n));
+        if (c->verbose >= 2)
+            printf("mpitrain:   %-24s min %-12.6g mean %-12.6g max %-12.6g (%d ranks)\n", e->key,
+                   mn, sum / n, mx, n);
+    }
+    for (int r = 0; per && r < c->world_size; r++)
+        mt_metrics_free(&per[r]);
+    free(per);
+    if (json_object_size(spread))
+        json_object_set_new(j, "per_rank", spread);
+    else
+        json_decref(spread);
+    (void)now;
+    return j;
+}
+
+static void add_auto(mt_context *c, mt_metrics *row, json_t *j, int64_t iteration, double now,
+                     const char *ckname)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double stamp = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    double this_iter = now - c->last_report, total = c->time_before + now - c->start;
+    mt_metrics_set_i64(row, "training_iteration", iteration);
+    mt_metrics_set_f64(row, "timestamp", stamp);
+    mt_metrics_set_f64(row, "time_this_iter_s", this_iter);
+    mt_metrics_set_f64(row, "time_total_s", total);
+    json_object_set_new(j, "training_iteration", json_integer(iteration));
+    json_object_set_new(j, "timestamp", json_real(stamp));
+    json_object_set_new(j, "time_this_iter_s", json_real(this_iter));
+    json_object_set_new(j, "time_total_s", json_real(total));
+    if (ckname && *ckname) {
+        mt_metrics_set_str(row, "checkpoint_dir_name", ckname);
+        json_object_set_new(j, "checkpoint_dir_name", json_string(ckname));
+    }
+}
+
+static void print_line(const mt_context *c, const mt_metrics *row, int64_t iteration,
+                       const char *ckname)
+{
+    double total = 0;
+    mt_metrics_get_f64(row, "time_total_s", &total);
+    char line[1024];
+    size_t n = (size_t)snprintf(line, sizeof line, "mpitrain: iter %lld  %.1fs ", (long long)iteration,
+                                total);
+    for (int i = 0; i < row->n && n < sizeof line - 64; i++) {
+        const mt__metric *e = &row->e[i];
+        if (!strcmp(e->key, "training_iteration") || !strcmp(e->key, "timestamp") ||
+            !strcmp(e->key, "time_this_iter_s") || !strcmp(e->key, "time_total_s") ||
+            !strcmp(e->key, "checkpoint_dir_name"))
+            continue;
+        if (e->type == MT__METRIC_F64)
+            n += (size_t)snprintf(line + n, sizeof line - n, " %s=%.4g", e->key, e->f);
+        else if (e->type == MT__METRIC_I64)
+            n += (size_t)snprintf(line + n, sizeof line - n, " %s=%lld", e->key, (long long)e->i);
+        else
+            n += (size_t)snprintf(line + n, sizeof line - n, " %s=%s", e->key, e->s);
+    }
+    if (ckname && *ckname && n < sizeof line - 40)
+        snprintf(line + n, sizeof line - n, "  [%s]", ckname);
+    printf("%s\n", line);
+    fflush(stdout);
+}
+
+int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
+{
+    if (!c)
+        return mt__error(MT_EINVAL, "mt_report: context is NULL");
+    char *enc = NULL;
+    size_t len = 0;
+    int status = mt__metrics_encode(m, &enc, &len);
+    int64_t stop = mt__stop_signalled();
+    mt__call call;
+    mt__call_init(&call, MT__CALL_REPORT, 0, ck != NULL, 0);
+    int rc = mt__agree_max(c->comm, &call, status, NULL, &stop);
+    if (rc) {
+        free(enc);
+        return rc;
+    }
+    if (stop && !c->stop && c->world_rank == 0 && c->verbose >= 1)
+        printf("mpitrain: stop requested (SIGTERM/SIGUSR1): the next checkpoint ends the run\n");
+    c->stop = c->stop || stop;
+    char *all = NULL;
+    size_t *lens = NULL;
+    rc = mt__gather_bytes(c->comm, enc, len, &all, &lens);
+    free(enc);
+    if (rc)
+        return rc;
+    double now = mt__now();
+    int64_t iteration = c->iteration + 1;
+    mt_metrics *row = c->world_rank == 0 ? mt_metrics_new() : NULL;
+    json_t *j = row ? build_row(c, all, lens, row, now) : NULL;
+    if (c->world_rank == 0 && (!row || !j))
+        status = mt__error(MT_ENOMEM, "out of memory building a report");
+    char ckname[64] = "";
+    if (ck) {
+        if (row) { /* the kept copy carries the automatic keys too */
+            json_t *scratch = json_object();
+            add_auto(c, row, scratch, iteration, now, NULL);
+            json_decref(scratch);
+        }
+        bool agreed = false;
+        int e = mt__checkpoint_commit(c, ck, c->run, row, iteration, ckname, sizeof ckname, &agreed);
+        if (agreed && e) { /* every rank knows already */
+            mt_metrics_free(&row);
+            json_decref(j);
+            free(all), free(lens);
+            return e;
+        }
+        if (!status)
+            status = e;
+    }
+    if (c->world_rank == 0 && !status) {
+        add_auto(c, row, j, iteration, now, ckname);
+        status = mt__run_append(c->run, j);
+        if (c->verbose >= 1)
+            print_line(c, row, iteration, ckname);
+    }
+    json_decref(j);
+    free(all), free(lens);
+    mt__call done;
+    mt__call_init(&done, MT__CALL_REPORT_DONE, 0, ck != NULL, 0);
+    rc = mt__agree(c->comm, &done, status, NULL);
+    if (!rc) {
+        c->iteration = iteration;
+        c->reports++;
+        c->last_report = now;
+        if (c->world_rank == 0) {
+            mt_metrics_free(&c->last_metrics);
+            c->last_metrics = row;
+            row = NULL;
+            c->run->iteration = iteration;
+        }
+        if (c->stop && ck) {
+            c->stopped_after_ckpt = true;
+            rc = mt__error(MT_ESTOP, "stopped after %s for a stop request (preemption); rerun "
+                                     "to resume", ckname[0] ? ckname : "the checkpoint");
+        }
+    }
+    mt_metrics_free(&row);
+    return rc;
+}

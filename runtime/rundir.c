@@ -1,0 +1,417 @@
+/*
+ * rundir.c -- the run directory, written by rank 0 only:
+ *   run.json      state (status, attempts, failures, kept checkpoints and their metrics,
+ *                 latest), replaced atomically: temp file, fsync, rename, fsync folder
+ *   params.json   the effective configuration
+ *   result.json   one JSON line per report, flushed before mt_report returns
+ *   progress.csv  the same rows; rewritten with a wider header when a new key appears
+ *   error.txt     on failure
+ */
+#include "runtime.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int mt__mkdirs(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return mt__error(MT_EIO, "cannot create %s: %s", buf, strerror(errno));
+            *p = '/';
+        }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return mt__error(MT_EIO, "cannot create %s: %s", buf, strerror(errno));
+    if (access(buf, W_OK) != 0)
+        return mt__error(MT_EIO, "%s is not writable: %s", buf, strerror(errno));
+    return MT_OK;
+}
+
+int mt__fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    int bad = fd < 0 || fsync(fd) != 0;
+    if (fd >= 0)
+        close(fd);
+    return bad ? mt__error(MT_EIO, "fsync of folder %s failed: %s", path, strerror(errno)) : MT_OK;
+}
+
+int mt__rmtree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return unlink(path) == 0 || errno == ENOENT ? MT_OK
+                                                    : mt__error(MT_EIO, "cannot remove %s", path);
+    struct dirent *e;
+    int rc = MT_OK;
+    while ((e = readdir(d)) && !rc) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        struct stat st;
+        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+            rc = mt__rmtree(sub);
+        else if (unlink(sub) != 0)
+            rc = mt__error(MT_EIO, "cannot remove %s: %s", sub, strerror(errno));
+    }
+    closedir(d);
+    if (!rc && rmdir(path) != 0)
+        rc = mt__error(MT_EIO, "cannot remove %s: %s", path, strerror(errno));
+    return rc;
+}
+
+int mt__write_atomic(const char *dir, const char *name, const char *text)
+{
+    char tmp[4096], final[4096];
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    size_t len = strlen(text), done = 0;
+    while (done < len) {
+        ssize_t n = write(fd, text + done, len - done);
+        if (n <= 0) {
+            close(fd);
+            return mt__error(MT_EIO, "write to %s failed: %s", tmp, strerror(errno));
+        }
+        done += (size_t)n;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0)
+        return mt__error(MT_EIO, "fsync of %s failed: %s", tmp, strerror(errno));
+    if (rename(tmp, final) != 0)
+        return mt__error(MT_EIO, "rename %s to %s failed: %s", tmp, final, strerror(errno));
+    return mt__fsync_dir(dir);
+}
+
+/* ------------------------------------------------------------ run.json */
+
+void mt__run_free(mt__rundir *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->nkept; i++)
+        mt_metrics_free(&r->kept[i].metrics);
+    free(r->kept);
+    for (int i = 0; i < r->ncsv; i++)
+        free(r->csv_keys[i]);
+    free(r->csv_keys);
+    free(r->dir);
+    if (r->result)
+        fclose(r->result);
+    if (r->csv)
+        fclose(r->csv);
+    memset(r, 0, sizeof *r);
+}
+
+json_t *mt__run_to_json(const mt__rundir *r)
+{
+    json_t *kept = json_array();
+    for (int i = 0; i < r->nkept; i++) {
+        const mt__kept *k = &r->kept[i];
+        json_array_append_new(kept, json_pack("{s:s, s:I, s:I, s:o}", "name", k->name, "index",
+                                              (json_int_t)k->index, "training_iteration",
+                                              (json_int_t)k->iteration, "metrics",
+                                              mt__metrics_to_json(k->metrics)));
+    }
+    return json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:o, s:s?}", "status", r->status,
+                     "attempts", r->attempts, "failures", r->failures, "next_checkpoint_index",
+                     (json_int_t)r->next_index, "training_iteration", (json_int_t)r->iteration,
+                     "time_total_s", r->time_total, "checkpoints", kept, "latest",
+                     r->latest >= 0 ? r->kept[r->latest].name : NULL);
+}
+
+int mt__run_save(const mt__rundir *r)
+{
+    json_t *j = mt__run_to_json(r);
+    char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+    json_decref(j);
+    if (!text)
+        return mt__error(MT_ENOMEM, "out of memory writing run.json");
+    int rc = mt__write_atomic(r->dir, "run.json", text);
+    free(text);
+    return rc;
+}
+
+int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where)
+{
+    const char *status = NULL, *latest = NULL;
+    json_t *kept = NULL, *latest_j = NULL;
+    json_int_t next = 0, iter = 0;
+    double total = 0;
+    json_error_t err;
+    if (json_unpack_ex((json_t *)j, &err, 0, "{s:s, s:i, s:i, s:I, s:I, s:F, s:o, s?o}",
+                       "status", &status, "attempts", &r->attempts, "failures", &r->failures,
+                       "next_checkpoint_index", &next, "training_iteration", &iter,
+                       "time_total_s", &total, "checkpoints", &kept, "latest", &latest_j) != 0 ||
+        !json_is_array(kept))
+        return mt__error(MT_EFORMAT, "%s: not a run state file (%s)", where, err.text);
+    latest = json_is_string(latest_j) ? json_string_value(latest_j) : NULL;
+    snprintf(r->status, sizeof r->status, "%s", status);
+    r->next_index = next;
+    r->iteration = iter;
+    r->time_total = total;
+    r->latest = -1;
+    size_t n = json_array_size(kept);
+    r->kept = calloc(n ? n : 1, sizeof *r->kept);
+    if (!r->kept)
+        return mt__error(MT_ENOMEM, "out of memory reading %s", where);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(kept, i), *m = NULL;
+        const char *name = NULL;
+        json_int_t index = 0, it = 0;
+        if (json_unpack(e, "{s:s, s:I, s:I, s:o}", "name", &name, "index", &index,
+                        "training_iteration", &it, "metrics", &m) != 0)
+            return mt__error(MT_EFORMAT, "%s: checkpoint entry %zu is malformed", where, i);
+        mt__kept *k = &r->kept[r->nkept++];
+        snprintf(k->name, sizeof k->name, "%s", name);
+        k->index = index;
+        k->iteration = it;
+        if (!(k->metrics = mt_metrics_new()) || mt__metrics_from_json(k->metrics, m))
+            return mt__error(MT_ENOMEM, "out of memory reading %s", where);
+        if (latest && !strcmp(latest, name))
+            r->latest = r->nkept - 1;
+    }
+    return MT_OK;
+}
+
+int mt__run_load(mt__rundir *r, const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    if (!j)
+        return access(path, F_OK) == 0
+                   ? mt__error(MT_EFORMAT, "%s: corrupt (line %d: %s)", path, err.line, err.text)
+                   : mt__error(MT_ENOTFOUND, "%s: no such file (not a run directory?)", path);
+    int rc = mt__run_from_json(r, j, path);
+    json_decref(j);
+    if (!rc && !(r->dir = mt__strdup(dir)))
+        rc = MT_ENOMEM;
+    return rc;
+}
+
+/* ------------------------------------------------------------ result.json, progress.csv */
+
+static void csv_value(FILE *f, json_t *v)
+{
+    if (!v)
+        return;
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        if (strpbrk(s, ",\"\n")) {
+            fputc('"', f);
+            for (; *s; s++) {
+                if (*s == '"')
+                    fputc('"', f);
+                fputc(*s, f);
+            }
+            fputc('"', f);
+        } else
+            fputs(s, f);
+    } else if (json_is_integer(v))
+        fprintf(f, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        fprintf(f, "%.17g", json_real_value(v));
+    else if (json_is_boolean(v))
+        fputs(json_is_true(v) ? "true" : "false", f);
+}
+
+static void csv_row(FILE *f, const mt__rundir *r, json_t *row)
+{
+    for (int i = 0; i < r->ncsv; i++) {
+        if (i)
+            fputc(',', f);
+        csv_value(f, json_object_get(row, r->csv_keys[i]));
+    }
+    fputc('\n', f);
+}
+
+static int add_keys(mt__rundir *r, json_t *row, bool *grew)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(row, key, v)
+    {
+        bool have = false;
+        for (int i = 0; i < r->ncsv && !have; i++)
+            have = !strcmp(r->csv_keys[i], key);
+        if (have || json_is_object(v))
+            continue;
+        char **k = realloc(r->csv_keys, (size_t)(r->ncsv + 1) * sizeof *k);
+        if (!k)
+            return mt__error(MT_ENOMEM, "out of memory for progress.csv");
+        r->csv_keys = k;
+        if (!(r->csv_keys[r->ncsv] = mt__strdup(key)))
+            return MT_ENOMEM;
+        r->ncsv++;
+        *grew = true;
+    }
+    return MT_OK;
+}
+
+/* progress.csv again from result.json, under the current header. */
+static int rewrite_csv(mt__rundir *r)
+{
+    char path[4096], tmp[4096];
+    snprintf(path, sizeof path, "%s/result.json", r->dir);
+    snprintf(tmp, sizeof tmp, "%s/.progress.csv.tmp", r->dir);
+    FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
+    if (!in || !out) {
+        if (in)
+            fclose(in);
+        if (out)
+            fclose(out);
+        return mt__error(MT_EIO, "cannot rewrite %s/progress.csv", r->dir);
+    }
+    for (int i = 0; i < r->ncsv; i++)
+        fprintf(out, "%s%s", i ? "," : "", r->csv_keys[i]);
+    fputc('\n', out);
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, in) > 0) {
+        json_t *row = json_loads(line, 0, NULL);
+        if (row)
+            csv_row(out, r, row);
+        json_decref(row);
+    }
+    free(line);
+    fclose(in);
+    int bad = fflush(out) != 0;
+    fclose(out);
+    if (bad)
+        return mt__error(MT_EIO, "cannot write %s", tmp);
+    snprintf(path, sizeof path, "%s/progress.csv", r->dir);
+    if (r->csv)
+        fclose(r->csv);
+    r->csv = NULL;
+    if (rename(tmp, path) != 0)
+        return mt__error(MT_EIO, "cannot replace %s: %s", path, strerror(errno));
+    r->csv = fopen(path, "a");
+    return r->csv ? MT_OK : mt__error(MT_EIO, "cannot append to %s", path);
+}
+
+/* Learn the CSV header of an existing run from its result.json (on resume). */
+int mt__run_open_logs(mt__rundir *r)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/result.json", r->dir);
+    FILE *in = fopen(path, "r");
+    if (in) {
+        char *line = NULL;
+        size_t cap = 0;
+        bool grew = false;
+        while (getline(&line, &cap, in) > 0) {
+            json_t *row = json_loads(line, 0, NULL);
+            if (row)
+                add_keys(r, row, &grew);
+            json_decref(row);
+        }
+        free(line);
+        fclose(in);
+    }
+    r->result = fopen(path, "a");
+    if (!r->result)
+        return mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
+    return rewrite_csv(r);
+}
+
+int mt__run_append(mt__rundir *r, json_t *row)
+{
+    char *line = json_dumps(row, JSON_COMPACT);
+    if (!line)
+        return mt__error(MT_ENOMEM, "out of memory writing result.json");
+    int bad = fprintf(r->result, "%s\n", line) < 0 || fflush(r->result) != 0;
+    free(line);
+    if (bad)
+        return mt__error(MT_EIO, "%s/result.json: write failed: %s", r->dir, strerror(errno));
+    bool grew = false;
+    int rc = add_keys(r, row, &grew);
+    if (rc)
+        return rc;
+    if (grew)
+        return rewrite_csv(r); /* includes this row */
+    csv_row(r->csv, r, row);
+    if (fflush(r->csv) != 0)
+        return mt__error(MT_EIO, "%s/progress.csv: write failed: %s", r->dir, strerror(errno));
+    return MT_OK;
+}
+
+/* Move result.json rows past `iteration` (work a resumed run will redo) to
+ * result.superseded.json, so each iteration appears once in result.json and nothing
+ * reported is deleted. */
+int mt__run_supersede(mt__rundir *r, int64_t iteration)
+{
+    char path[4096], tmp[4096], old[4096];
+    snprintf(path, sizeof path, "%s/result.json", r->dir);
+    snprintf(tmp, sizeof tmp, "%s/.result.json.tmp", r->dir);
+    snprintf(old, sizeof old, "%s/result.superseded.json", r->dir);
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return MT_OK;
+    FILE *keep = fopen(tmp, "w"), *gone = NULL;
+    char *line = NULL;
+    size_t cap = 0;
+    int moved = 0, rc = keep ? MT_OK : mt__error(MT_EIO, "cannot write %s", tmp);
+    while (!rc && getline(&line, &cap, in) > 0) {
+        json_t *row = json_loads(line, 0, NULL);
+        json_int_t it = row ? json_integer_value(json_object_get(row, "training_iteration")) : 0;
+        json_decref(row);
+        if (it <= iteration) {
+            fputs(line, keep);
+            continue;
+        }
+        if (!gone && !(gone = fopen(old, "a")))
+            rc = mt__error(MT_EIO, "cannot write %s", old);
+        else {
+            fputs(line, gone);
+            moved++;
+        }
+    }
+    free(line);
+    fclose(in);
+    if (gone && (fflush(gone) != 0 || fsync(fileno(gone)) != 0) && !rc)
+        rc = mt__error(MT_EIO, "cannot write %s", old);
+    if (gone)
+        fclose(gone);
+    if (keep && (fflush(keep) != 0 || fsync(fileno(keep)) != 0) && !rc)
+        rc = mt__error(MT_EIO, "cannot write %s", tmp);
+    if (keep)
+        fclose(keep);
+    if (!rc && rename(tmp, path) != 0)
+        rc = mt__error(MT_EIO, "cannot replace %s", path);
+    if (!rc && moved)
+        printf("mpitrain: %d report%s after iteration %lld moved to %s (the resumed run redoes "
+               "them)\n", moved, moved == 1 ? "" : "s", (long long)iteration, old);
+    return rc;
+}
+
+/* Remove .checkpoint_*.tmp folders a crash left behind. */
+void mt__run_remove_leftovers(const mt__rundir *r)
+{
+    DIR *d = opendir(r->dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (!strncmp(e->d_name, ".checkpoint_", 12) && n > 4 && !strcmp(e->d_name + n - 4, ".tmp")) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", r->dir, e->d_name);
+            printf("mpitrain: removing %s, a checkpoint a crash left unfinished\n", path);
+            mt__rmtree(path);
+        }
+    }
+    if (d)
+        closedir(d);
+}
