@@ -47,7 +47,10 @@ const char *mt_last_error(void)
 
 int mt__verror(int code, const char *fmt, va_list ap)
 {
-    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    /* through a copy: the arguments may include mt_last_error() itself */
+    char msg[MT__MSG_LEN];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    memcpy(last_msg, msg, sizeof last_msg);
     return code;
 }
 
@@ -67,15 +70,19 @@ void mt__error_append(const char *fmt, ...)
         return;
     if (n > 0)
         last_msg[n++] = '\n';
+    char more[MT__MSG_LEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_msg + n, sizeof last_msg - n, fmt, ap);
+    vsnprintf(more, sizeof more, fmt, ap);
     va_end(ap);
+    snprintf(last_msg + n, sizeof last_msg - n, "%s", more);
 }
 
 void mt__error_set_text(const char *text)
 {
-    snprintf(last_msg, sizeof last_msg, "%s", text);
+    if (text != last_msg)
+        memmove(last_msg, text, strnlen(text, sizeof last_msg - 1) + 1);
+    last_msg[sizeof last_msg - 1] = '\0';
 }
 
 void mt__error_clear(void)

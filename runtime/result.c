@@ -65,7 +65,7 @@ void mt_result_free(mt_result **rp)
 }
 
 int mt__result_build(const char *dir, const json_t *run_json, const json_t *last_row,
-                     const json_t *params, const char *error, mt_result **out)
+                     const json_t *params, const char *error, bool open_files, mt_result **out)
 {
     *out = NULL;
     mt_result *r = calloc(1, sizeof *r);
@@ -100,7 +100,7 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
         snprintf(path, sizeof path, "%s/%s", dir, k->name);
         best_entry *b = &r->best[r->nbest];
         /* its arrays are listed when the folder is readable here (rank 0's storage) */
-        if (mt__checkpoint_open_stored(path, &b->ck) != MT_OK) {
+        if (!open_files || mt__checkpoint_open_stored(path, &b->ck) != MT_OK) {
             b->ck = mt_checkpoint_new();
             if (b->ck)
                 b->ck->path = mt__strdup(path);
@@ -178,7 +178,7 @@ int mt_result_load(const char *dir, mt_result **out)
     }
     const char *status = json_string_value(json_object_get(run, "status"));
     bool failed = status && !strcmp(status, "failed");
-    int rc = mt__result_build(dir, run, row, params, failed && *error ? error : NULL, out);
+    int rc = mt__result_build(dir, run, row, params, failed && *error ? error : NULL, true, out);
     json_decref(run);
     json_decref(params);
     json_decref(row);

@@ -82,7 +82,7 @@ void mt__rank_kept(const mt__kept *kept, int n, const mt_checkpoint_config *cfg,
 /* Build a result from run.json, the last result.json row (may be NULL) and params.json's
  * checkpoint settings; error may be NULL. */
 int mt__result_build(const char *dir, const json_t *run_json, const json_t *last_row,
-                     const json_t *params, const char *error, mt_result **out);
+                     const json_t *params, const char *error, bool open_files, mt_result **out);
 json_t *mt__params_json(const mt_trainer_config *cfg, int world_size);
 
 /* ------------------------------------------------------------ checkpoints */

@@ -341,7 +341,7 @@ static int build_result(mt_context *ctx, const mt_trainer *t, const char *error,
         json_t *last = json_object_get(all, "last");
         rc = mt__result_build(ctx->run_dir, json_object_get(all, "run"),
                               json_is_object(last) ? last : NULL, json_object_get(all, "params"),
-                              error, out);
+                              error, ctx->world_rank == 0, out);
     }
     json_decref(all);
     return rc;
@@ -479,13 +479,13 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     }
     if (out) {
         int e = started ? build_result(ctx, t, error[0] ? error : NULL, out) : MT_OK;
-        if (!started) {
-            /* set-up failed: a result with the error and nothing else */
-            json_t *none = NULL;
-            e = mt__result_build(ctx->run_dir ? ctx->run_dir : "", none, NULL, NULL,
-                                 who.rank >= 0 ? (snprintf(error, sizeof error, "rank %d failed: %s",
-                                                           who.rank, who.msg), error)
-                                               : (who.msg[0] ? who.msg : mt_last_error()), out);
+        if (!started) { /* set-up failed: a result with the error and nothing else */
+            if (who.rank >= 0)
+                snprintf(error, sizeof error, "rank %d failed: %s", who.rank, who.msg);
+            else
+                snprintf(error, sizeof error, "%s", who.msg[0] ? who.msg : mt_last_error());
+            e = mt__result_build(ctx->run_dir ? ctx->run_dir : "", NULL, NULL, NULL, error,
+                                 false, out);
         }
         if (e && !rc)
             rc = e;

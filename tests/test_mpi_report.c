@@ -1,0 +1,552 @@
+/*
+ * test_mpi_report.c -- under mpirun at 1 to 4 ranks: reports (result.json, progress.csv,
+ * per-rank spread), checkpoints (replicated, sharded, metadata, files), retention on
+ * disk, resume and refusal of a finished run, retries, corrupt checkpoints, preemption,
+ * bad input on one rank, and mt_result / mt_result_load.
+ */
+#include "harness.h"
+
+#include "../runtime/runtime.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int R(void) { return mt_test_rank(); }
+static int P(void) { return mt_test_size(); }
+
+typedef int (*body)(mt_context *c, void *arg);
+
+static mt_trainer_config config(const char *name)
+{
+    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .name = name,
+                                     .verbose = MT_VERBOSE_SILENT}};
+    return cfg;
+}
+
+static int fit(mt_trainer_config cfg, body fn, void *arg, mt_result **out)
+{
+    mt_trainer *t = NULL;
+    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fn, arg, &cfg), MT_OK);
+    mt_result *r = NULL;
+    int rc = mt_trainer_fit(t, &r);
+    if (out)
+        *out = r;
+    else
+        mt_result_free(&r);
+    mt_trainer_destroy(&t);
+    return rc;
+}
+
+static char *run_file(const char *name, const char *file)
+{
+    static char p[1024];
+    snprintf(p, sizeof p, "%s/%s/%s", mt_test_storage(), name, file);
+    return p;
+}
+
+/* result.json rows (rank 0 reads; every rank gets the count back). */
+static json_t *rows_of(const char *name)
+{
+    json_t *rows = json_array();
+    FILE *f = fopen(run_file(name, "result.json"), "r");
+    char *line = NULL;
+    size_t cap = 0;
+    while (f && getline(&line, &cap, f) > 0)
+        json_array_append_new(rows, json_loads(line, 0, NULL));
+    free(line);
+    if (f)
+        fclose(f);
+    return rows;
+}
+
+/* ------------------------------------------------------------ reports */
+
+static int three_reports(mt_context *c, void *arg)
+{
+    int rc = MT_OK;
+    for (int i = 0; i < 3 && !rc; i++) {
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_f64(m, "loss", 1.0 / (i + 1) + mt_world_rank(c));
+        mt_metrics_set_i64(m, "step", i);
+        mt_metrics_set_str(m, "phase", "train, \"warm\"");
+        if (i >= 1)
+            mt_metrics_set_f64(m, "val/acc", 0.5 + 0.1 * i); /* appears mid-run */
+        rc = mt_report(c, m, NULL);
+        mt_metrics_free(&m);
+    }
+    return rc;
+}
+
+static void test_report_files(void)
+{
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit(config("reports"), three_reports, NULL, &res), MT_OK);
+    /* the result is the same on every rank */
+    int64_t it = 0;
+    double loss = 0;
+    MT_ASSERT_INT_EQ(mt_metrics_get_i64(mt_result_metrics(res), "training_iteration", &it), MT_OK);
+    MT_ASSERT_INT_EQ(it, 3);
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(mt_result_metrics(res), "loss", &loss), MT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(loss, 1.0 / 3, 1e-12); /* rank 0's */
+    MT_ASSERT_STR_EQ(mt_metrics_get_str(mt_result_metrics(res), "phase"), "train, \"warm\"");
+    CU_ASSERT_PTR_NULL(mt_result_checkpoint(res));
+    mt_result_free(&res);
+    if (R() == 0) {
+        json_t *rows = rows_of("reports");
+        MT_ASSERT_INT_EQ(json_array_size(rows), 3);
+        json_t *last = json_array_get(rows, 2);
+        MT_ASSERT_INT_EQ(json_integer_value(json_object_get(last, "training_iteration")), 3);
+        CU_ASSERT(json_is_real(json_object_get(last, "time_total_s")));
+        CU_ASSERT(json_is_real(json_object_get(last, "time_this_iter_s")));
+        CU_ASSERT(json_is_real(json_object_get(last, "timestamp")));
+        if (P() > 1) {
+            json_t *s = json_object_get(json_object_get(last, "per_rank"), "loss");
+            CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(s, "min")), 1.0 / 3, 1e-9);
+            CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(s, "max")), 1.0 / 3 + P() - 1, 1e-9);
+            CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(s, "mean")),
+                                   1.0 / 3 + (P() - 1) / 2.0, 1e-9);
+        }
+        json_decref(rows);
+        /* progress.csv: a header that includes the late key, and three rows */
+        FILE *f = fopen(run_file("reports", "progress.csv"), "r");
+        char line[4096];
+        int n = 0;
+        char header[4096] = "", first[4096] = "";
+        while (f && fgets(line, sizeof line, f)) {
+            if (n == 0)
+                snprintf(header, sizeof header, "%s", line);
+            if (n == 1)
+                snprintf(first, sizeof first, "%s", line);
+            n++;
+        }
+        if (f)
+            fclose(f);
+        MT_ASSERT_INT_EQ(n, 4);
+        MT_ASSERT_STR_CONTAINS(header, "loss,step,phase,training_iteration");
+        MT_ASSERT_STR_CONTAINS(header, "val/acc");
+        MT_ASSERT_STR_CONTAINS(first, "\"train, \"\"warm\"\"\"");
+        struct stat st;
+        CU_ASSERT(stat(run_file("reports", "params.json"), &st) == 0);
+    }
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+#define ROWS_PER_RANK(r) (3 + (r))
+
+static int with_checkpoints(mt_context *c, void *arg)
+{
+    int r = mt_world_rank(c), rc = MT_OK;
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int64_t sh[ROWS_PER_RANK(8) * 2];
+    for (int i = 0; i < ROWS_PER_RANK(r) * 2; i++)
+        sh[i] = r * 1000 + i;
+    char note[256];
+    snprintf(note, sizeof note, "%s/note-%d.txt", mt_test_storage(), r);
+    FILE *f = fopen(note, "w");
+    fprintf(f, "hello from rank %d\n", r);
+    fclose(f);
+    for (int i = 0; i < 4 && !rc; i++) {
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_f64(m, "score", (double)((i * 7) % 4)); /* 0, 3, 2, 1 */
+        mt_checkpoint *ck = mt_checkpoint_new();
+        w[0] = (float)i;
+        mt_checkpoint_put(ck, "w", MT_F32, 2, (size_t[]){2, 3}, w, MT_REPLICATED);
+        mt_checkpoint_put(ck, "shard", MT_I64, 2, (size_t[]){(size_t)ROWS_PER_RANK(r), 2}, sh,
+                          MT_SHARDED);
+        mt_checkpoint_set_meta(ck, "epoch", i == 3 ? "3" : "x");
+        mt_checkpoint_add_file(ck, "note.txt", note);
+        rc = mt_report(c, m, ck);
+        mt_checkpoint_free(&ck);
+        mt_metrics_free(&m);
+    }
+    return rc;
+}
+
+static void test_checkpoint_contents_and_retention(void)
+{
+    mt_trainer_config cfg = config("ckpt");
+    cfg.run.checkpoint.num_to_keep = 2;
+    cfg.run.checkpoint.score_attribute = "score";
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit(cfg, with_checkpoints, NULL, &res), MT_OK);
+    /* scores 0,3,2,1 over checkpoints 0..3: keep the best two (1: 3, 2: 2) plus the latest (3) */
+    MT_ASSERT_INT_EQ(mt_result_num_best(res), 3);
+    const mt_metrics *m = NULL;
+    const mt_checkpoint *best = mt_result_best(res, 0, &m);
+    MT_ASSERT_STR_CONTAINS(mt_checkpoint_path(best), "checkpoint_000001");
+    double s = 0;
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(m, "score", &s), MT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(s, 3, 0);
+    const mt_checkpoint *latest = mt_result_checkpoint(res);
+    MT_ASSERT_STR_CONTAINS(mt_checkpoint_path(latest), "checkpoint_000003");
+    if (R() == 0) {
+        struct stat st;
+        CU_ASSERT(stat(run_file("ckpt", "checkpoint_000000"), &st) != 0); /* dropped */
+        CU_ASSERT(stat(run_file("ckpt", "checkpoint_000002/checkpoint.h5"), &st) == 0);
+        /* outside fit: the whole arrays, from rank 0's storage */
+        float w[6];
+        MT_ASSERT_INT_EQ(mt_checkpoint_get(latest, "w", MT_F32, w, 6), MT_OK);
+        CU_ASSERT_DOUBLE_EQUAL(w[0], 3, 0);
+        CU_ASSERT_DOUBLE_EQUAL(w[5], 6, 0);
+        int nd;
+        size_t dims[8];
+        MT_ASSERT_INT_EQ(mt_checkpoint_dims(latest, "shard", &nd, dims), MT_OK);
+        size_t total = 0;
+        for (int r = 0; r < P(); r++)
+            total += ROWS_PER_RANK(r);
+        MT_ASSERT_INT_EQ(dims[0], total);
+        int64_t *all = malloc(total * 2 * sizeof *all);
+        double *as_f64 = malloc(total * 2 * sizeof *as_f64);
+        MT_ASSERT_INT_EQ(mt_checkpoint_get(latest, "shard", MT_I64, all, total * 2), MT_OK);
+        MT_ASSERT_INT_EQ(mt_checkpoint_get(latest, "shard", MT_F64, as_f64, total * 2), MT_OK);
+        size_t k = 0;
+        int bad = 0;
+        for (int r = 0; r < P(); r++)
+            for (int i = 0; i < ROWS_PER_RANK(r) * 2; i++, k++)
+                bad += all[k] != r * 1000 + i || as_f64[k] != (double)(r * 1000 + i);
+        MT_ASSERT_INT_EQ(bad, 0);
+        free(all);
+        free(as_f64);
+        MT_ASSERT_STR_EQ(mt_checkpoint_get_meta(latest, "epoch"), "3");
+        MT_ASSERT_INT_EQ(mt_checkpoint_get(latest, "w", MT_F32, NULL, 5), MT_EINVAL);
+        MT_ASSERT_INT_EQ(mt_checkpoint_get(latest, "nope", MT_F32, NULL, 0), MT_ENOTFOUND);
+        /* files: rank 0's at the top, the others under rank<r>/ */
+        char buf[64] = "";
+        FILE *f = fopen(run_file("ckpt", "checkpoint_000003/note.txt"), "r");
+        if (f) {
+            CU_ASSERT_PTR_NOT_NULL(fgets(buf, sizeof buf, f));
+            fclose(f);
+        }
+        MT_ASSERT_STR_EQ(buf, "hello from rank 0\n");
+        if (P() > 1) {
+            char p[64];
+            snprintf(p, sizeof p, "checkpoint_000003/rank%d/note.txt", P() - 1);
+            f = fopen(run_file("ckpt", p), "r");
+            buf[0] = '\0';
+            if (f) {
+                CU_ASSERT_PTR_NOT_NULL(fgets(buf, sizeof buf, f));
+                fclose(f);
+            }
+            char want[64];
+            snprintf(want, sizeof want, "hello from rank %d\n", P() - 1);
+            MT_ASSERT_STR_EQ(buf, want);
+        }
+        /* mt_result_load gives the same picture */
+        mt_result *loaded = NULL;
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/ckpt", mt_test_storage());
+        MT_ASSERT_INT_EQ(mt_result_load(dir, &loaded), MT_OK);
+        MT_ASSERT_INT_EQ(mt_result_num_best(loaded), 3);
+        MT_ASSERT_STR_EQ(mt_checkpoint_path(mt_result_checkpoint(loaded)),
+                         mt_checkpoint_path(latest));
+        int64_t it = 0;
+        mt_metrics_get_i64(mt_result_metrics(loaded), "training_iteration", &it);
+        MT_ASSERT_INT_EQ(it, 4);
+        CU_ASSERT_PTR_NULL(mt_result_error(loaded));
+        mt_result_free(&loaded);
+        MT_ASSERT_INT_EQ(mt_result_load(mt_test_storage(), &loaded), MT_ENOTFOUND);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "is not a run directory");
+    }
+    mt_result_free(&res);
+}
+
+/* ------------------------------------------------------------ resume */
+
+typedef struct {
+    int fail_at;            /* return an error after this many reports (0 = never) */
+    int reports;
+    int attempt_seen;
+    int64_t restored_epoch; /* -1 when no checkpoint */
+    int64_t first_iteration;
+} resume_arg;
+
+static int resumable(mt_context *c, void *varg)
+{
+    resume_arg *a = varg;
+    a->attempt_seen = mt_attempt(c);
+    const mt_checkpoint *ck = mt_get_checkpoint(c);
+    int64_t epoch = -1;
+    int rc = MT_OK;
+    if (ck) {
+        int nd;
+        size_t dims[8];
+        rc = mt_checkpoint_dims(ck, "state", &nd, dims);
+        int64_t *part = malloc((dims[0] ? dims[0] : 1) * sizeof *part);
+        if (!rc)
+            rc = mt_checkpoint_get(ck, "state", MT_I64, part, dims[0]);
+        int64_t e[1];
+        if (!rc)
+            rc = mt_checkpoint_get(ck, "epoch", MT_I64, e, 1);
+        if (!rc) {
+            epoch = e[0];
+            for (size_t i = 0; i < dims[0]; i++)
+                MT_ASSERT_INT_EQ(part[i], epoch * 100 + mt_world_rank(c));
+        }
+        free(part);
+    }
+    a->restored_epoch = epoch;
+    a->first_iteration = -1;
+    for (int64_t i = epoch + 1; i < a->reports && !rc; i++) {
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_i64(m, "epoch", i);
+        mt_checkpoint *ck2 = NULL;
+        int64_t state[2] = {i * 100 + mt_world_rank(c), i * 100 + mt_world_rank(c)};
+        if (i % 2 == 1) {
+            ck2 = mt_checkpoint_new();
+            mt_checkpoint_put(ck2, "epoch", MT_I64, 1, (size_t[]){1}, &i, MT_REPLICATED);
+            mt_checkpoint_put(ck2, "state", MT_I64, 1, (size_t[]){2}, state, MT_SHARDED);
+        }
+        rc = mt_report(c, m, ck2);
+        if (a->first_iteration < 0)
+            a->first_iteration = c->iteration;
+        mt_checkpoint_free(&ck2);
+        mt_metrics_free(&m);
+        if (!rc && a->fail_at && i + 1 == a->fail_at && mt_attempt(c) == 0 &&
+            mt_world_rank(c) == (P() > 1 ? 1 : 0))
+            rc = mt__error(MT_EIO, "injected failure after epoch %lld", (long long)i);
+    }
+    return rc;
+}
+
+static void test_resume_after_failure(void)
+{
+    mt_trainer_config cfg = config("resume");
+    resume_arg a = {.fail_at = 3, .reports = 6};
+    char err[1024];
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, &res), MT_EIO);
+    snprintf(err, sizeof err, "rank %d failed: injected failure after epoch 2", P() > 1 ? 1 : 0);
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), err);
+    mt_result_free(&res);
+    if (R() == 0) {
+        FILE *f = fopen(run_file("resume", "error.txt"), "r");
+        char text[512] = "";
+        if (f) {
+            CU_ASSERT_PTR_NOT_NULL(fgets(text, sizeof text, f));
+            fclose(f);
+        }
+        MT_ASSERT_STR_CONTAINS(text, "injected failure after epoch 2");
+    }
+    /* the same name again resumes from checkpoint epoch 1 (iteration 2) */
+    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, &res), MT_OK);
+    MT_ASSERT_INT_EQ(a.attempt_seen, 1);
+    MT_ASSERT_INT_EQ(a.restored_epoch, 1);
+    MT_ASSERT_INT_EQ(a.first_iteration, 3);
+    MT_ASSERT_INT_EQ(mt_result_attempts(res), 2);
+    mt_result_free(&res);
+    if (R() == 0) {
+        json_t *rows = rows_of("resume");
+        MT_ASSERT_INT_EQ(json_array_size(rows), 6);
+        int bad = 0;
+        for (size_t i = 0; i < json_array_size(rows); i++)
+            bad += json_integer_value(json_object_get(json_array_get(rows, i),
+                                                      "training_iteration")) != (json_int_t)i + 1;
+        MT_ASSERT_INT_EQ(bad, 0);
+        json_decref(rows);
+        struct stat st;
+        CU_ASSERT(stat(run_file("resume", "result.superseded.json"), &st) == 0);
+    }
+    /* finished: refused without overwrite, replaced with it */
+    char msg[256];
+    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, NULL), MT_EINVAL);
+    snprintf(msg, sizeof msg, "this run finished already; start it with --overwrite");
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), msg);
+    cfg.run.overwrite = true;
+    a.fail_at = 0;
+    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(a.attempt_seen, 0);
+    MT_ASSERT_INT_EQ(a.restored_epoch, -1);
+}
+
+static void test_retries(void)
+{
+    mt_trainer_config cfg = config("retry");
+    cfg.run.failure.max_failures = 2;
+    resume_arg a = {.fail_at = 4, .reports = 6};
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, &res), MT_OK);
+    MT_ASSERT_INT_EQ(a.attempt_seen, 1);
+    MT_ASSERT_INT_EQ(a.restored_epoch, 3);
+    CU_ASSERT_PTR_NULL(mt_result_error(res));
+    mt_result_free(&res);
+    if (R() == 0) {
+        json_t *run = json_load_file(run_file("retry", "run.json"), 0, NULL);
+        MT_ASSERT_INT_EQ(json_integer_value(json_object_get(run, "failures")), 1);
+        MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "status")), "finished");
+        json_decref(run);
+        json_t *rows = rows_of("retry");
+        MT_ASSERT_INT_EQ(json_array_size(rows), 6);
+        json_decref(rows);
+    }
+}
+
+/* ------------------------------------------------------------ corrupt checkpoints */
+
+static void test_corrupt_latest_is_skipped(void)
+{
+    mt_trainer_config cfg = config("corrupt");
+    resume_arg a = {.fail_at = 5, .reports = 6};
+    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, NULL), MT_EIO); /* checkpoints at epochs 1, 3 */
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (R() == 0) { /* truncate the latest: checkpoint_000001 holds epoch 3 */
+        FILE *f = fopen(run_file("corrupt", "checkpoint_000001/checkpoint.h5"), "r+");
+        CU_ASSERT_PTR_NOT_NULL(f);
+        if (f) {
+            CU_ASSERT(ftruncate(fileno(f), 600) == 0);
+            fclose(f);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(a.restored_epoch, 1); /* the previous good one */
+    /* a checksum failure: change data without its CRC */
+    cfg.run.name = "checksum";
+    MT_ASSERT_INT_EQ(fit(cfg, resumable, &(resume_arg){.fail_at = 5, .reports = 6}, NULL), MT_EIO);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (R() == 0) {
+        hid_t f = H5Fopen(run_file("checksum", "checkpoint_000001/checkpoint.h5"), H5F_ACC_RDWR,
+                          H5P_DEFAULT);
+        CU_ASSERT(f >= 0);
+        hid_t d = H5Dopen2(f, "epoch", H5P_DEFAULT);
+        CU_ASSERT(d >= 0);
+        int64_t v = 42;
+        CU_ASSERT(H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) >= 0);
+        H5Dclose(d);
+        H5Fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(a.restored_epoch, 1);
+}
+
+/* ------------------------------------------------------------ bad input */
+
+static int bad_key_on_one_rank(mt_context *c, void *arg)
+{
+    mt_metrics *m = mt_metrics_new();
+    mt_metrics_set_f64(m, "ok", 1);
+    int rc = mt_report(c, m, NULL);
+    if (rc)
+        return rc;
+    mt_checkpoint *ck = mt_checkpoint_new();
+    float x[4] = {0};
+    /* the last rank stores a different shape */
+    size_t cols = mt_world_rank(c) == mt_world_size(c) - 1 && mt_world_size(c) > 1 ? 2 : 4;
+    mt_checkpoint_put(ck, "x", MT_F32, 1, &cols, x, MT_REPLICATED);
+    rc = mt_report(c, m, ck);
+    mt_checkpoint_free(&ck);
+    mt_metrics_free(&m);
+    return rc;
+}
+
+static void test_bad_inputs(void)
+{
+    mt_metrics *m = mt_metrics_new();
+    char longkey[300];
+    memset(longkey, 'k', 299);
+    longkey[299] = '\0';
+    MT_ASSERT_INT_EQ(mt_metrics_set_f64(m, "", 1), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_metrics_set_f64(m, longkey, 1), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "is 299 bytes; at most 255");
+    MT_ASSERT_INT_EQ(mt_metrics_set_f64(m, "a\tb", 1), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "control character at byte 1");
+    mt_metrics_free(&m);
+    if (P() > 1) {
+        char err[1024];
+        mt_result *res = NULL;
+        int rc = fit(config("mismatch"), bad_key_on_one_rank, NULL, &res);
+        MT_ASSERT_INT_EQ(rc, MT_EMISMATCH);
+        snprintf(err, sizeof err, "%s", mt_result_error(res) ? mt_result_error(res) : "");
+        MT_ASSERT_STR_CONTAINS(err, "ranks called different collectives");
+        mt_result_free(&res);
+    }
+    /* storage that cannot be written: every rank, before training */
+    mt_trainer_config cfg = config("nowhere");
+    cfg.run.storage_path = "/proc/mpitrain-cannot-write-here";
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit(cfg, three_reports, NULL, &res), MT_EIO);
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), "rank 0 failed: run.storage_path: cannot create /proc/mpitrain-cannot-write-here");
+    mt_result_free(&res);
+}
+
+/* ------------------------------------------------------------ frequency and preemption */
+
+typedef struct {
+    int raise_at; /* -1: never */
+    int wanted[8];
+    int stop_rc;
+    int iterations;
+} preempt_arg;
+
+static int preemptible(mt_context *c, void *varg)
+{
+    preempt_arg *a = varg;
+    int rc = MT_OK;
+    for (int i = 0; i < 8 && !rc; i++) {
+        a->wanted[i] = mt_should_checkpoint(c);
+        if (i == a->raise_at && mt_world_rank(c) == (P() > 1 ? 1 : 0))
+            raise(SIGUSR1); /* the scheduler's warning, on one rank */
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_i64(m, "i", i);
+        mt_checkpoint *ck = NULL;
+        if (a->wanted[i]) {
+            ck = mt_checkpoint_new();
+            mt_checkpoint_put(ck, "i", MT_I32, 1, (size_t[]){1}, &i, MT_REPLICATED);
+        }
+        rc = mt_report(c, m, ck);
+        mt_checkpoint_free(&ck);
+        mt_metrics_free(&m);
+        a->iterations = i + 1;
+    }
+    a->stop_rc = rc;
+    return rc;
+}
+
+static void test_frequency_and_preemption(void)
+{
+    mt_trainer_config cfg = config("preempt");
+    cfg.run.checkpoint.frequency = 3;
+    preempt_arg a = {.raise_at = 4};
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit(cfg, preemptible, &a, &res), MT_ESTOP);
+    /* every 3rd iteration (3 = index 2), then every report after the stop request (i = 4) */
+    int want[6] = {0, 0, 1, 0, 0, 1};
+    for (int i = 0; i < 6; i++)
+        MT_ASSERT_INT_EQ(a.wanted[i], want[i]);
+    MT_ASSERT_INT_EQ(a.stop_rc, MT_ESTOP);
+    MT_ASSERT_INT_EQ(a.iterations, 6);
+    CU_ASSERT_PTR_NULL(mt_result_error(res));
+    mt_result_free(&res);
+    if (R() == 0) {
+        json_t *run = json_load_file(run_file("preempt", "run.json"), 0, NULL);
+        MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "status")), "preempted");
+        MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "latest")), "checkpoint_000001");
+        json_decref(run);
+    }
+    /* a rerun resumes after the committed checkpoint and completes */
+    preempt_arg b = {.raise_at = -1};
+    MT_ASSERT_INT_EQ(fit(cfg, preemptible, &b, NULL), MT_OK);
+}
+
+static const mt_test tests[] = {
+    {"report_files", test_report_files},
+    {"checkpoint_contents_and_retention", test_checkpoint_contents_and_retention},
+    {"resume_after_failure", test_resume_after_failure},
+    {"retries", test_retries},
+    {"corrupt_latest_is_skipped", test_corrupt_latest_is_skipped},
+    {"bad_inputs", test_bad_inputs},
+    {"frequency_and_preemption", test_frequency_and_preemption},
+    {NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+    return mt_test_main(argc, argv, "mpi_report", tests, true);
+}
