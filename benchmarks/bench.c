@@ -21,6 +21,8 @@ static const suite suites[] = {
     {"fusion", bench_fusion, "256 tensors averaged with mt_fusion vs one MPI_Allreduce each"},
     {"overlap", bench_overlap, "backward compute with mt_fusion_ready vs compute then reduce"},
     {"shard", bench_shard, "dataset shard read through parallel HDF5 vs raw pread, warm cache"},
+    {"report", bench_report, "mt_report with 8 numeric metrics vs raw MPI_Gather of the same bytes"},
+    {"checkpoint", bench_checkpoint, "sharded checkpoint commit vs one process write+fsync"},
 };
 #define NSUITES (int)(sizeof suites / sizeof *suites)
 
@@ -139,7 +141,8 @@ int main(int argc, char **argv)
     mt_init(&argc, &argv);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    mt_trainer_config cfg = {.run = {.name = "mpitrain-bench", .verbose = MT_VERBOSE_SILENT}};
+    mt_trainer_config cfg = {.run = {.name = "mpitrain-bench", .verbose = MT_VERBOSE_SILENT,
+                                     .overwrite = true, .checkpoint.num_to_keep = 1}};
     int rc = mt_config_from_args(&cfg, &argc, &argv);
     bench b = {.tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"};
     plan p = {.b = &b};

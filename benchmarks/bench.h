@@ -34,5 +34,7 @@ int bench_allreduce(bench *b);
 int bench_fusion(bench *b);
 int bench_overlap(bench *b);
 int bench_shard(bench *b);
+int bench_report(bench *b);
+int bench_checkpoint(bench *b);
 
 #endif

@@ -232,11 +232,19 @@ typedef struct {
     const char *fail_hook; /* test hook: pause after the first piece */
 } writer;
 
+/* Test hook: MT_TEST_COMMIT_PAUSE=SECONDS pauses rank 0 after the first piece of checkpoint
+ * number MT_TEST_COMMIT_PAUSE_AT (default 0), so a test can kill it mid-commit. */
+static bool pause_here(int64_t index)
+{
+    const char *p = getenv("MT_TEST_COMMIT_PAUSE"), *at = getenv("MT_TEST_COMMIT_PAUSE_AT");
+    return p && atof(p) > 0 && index == (at ? atoll(at) : 0);
+}
+
 static void test_pause(void)
 {
     const char *p = getenv("MT_TEST_COMMIT_PAUSE");
     if (p && atof(p) > 0) {
-        fprintf(stderr, "mpitrain: test hook: pausing %s s inside a checkpoint commit\n", p);
+        fprintf(stderr, "mpitrain: test hook: pid %d pausing %s s inside a checkpoint commit\n", (int)getpid(), p);
         fflush(stderr);
         usleep((useconds_t)(atof(p) * 1e6));
     }
@@ -531,7 +539,7 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
                 rows[r] = all[(size_t)r * (size_t)nsh + (size_t)k];
             k++;
         }
-        status = write_array(c, file, a, rows, buf, i == 0, status);
+        status = write_array(c, file, a, rows, buf, i == 0 && pause_here(run->next_index), status);
     }
     for (int i = 0; i < ck->nmeta && !status; i++)
         status = mt__ckpt_set_meta(file, ck->meta_keys[i], ck->meta_values[i]);

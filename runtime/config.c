@@ -152,6 +152,8 @@ static const opt_def opts[] = {
      "checkpoint every N reports, 0 = when asked (default: 0)"},
     {"checkpoint-at-end", OPT_FLAG, OFF(run.checkpoint.at_end),
      "take a final checkpoint when training ends"},
+    {"overwrite", OPT_FLAG, OFF(run.overwrite),
+     "replace a finished run of the same name instead of refusing to start"},
     {"stall-warn", OPT_SECONDS, OFF(run.failure.stall_warn_s),
      "seconds in a collective before a stall warning (default: 60)"},
     {"stall-timeout", OPT_SECONDS, OFF(run.failure.stall_timeout_s),

@@ -34,7 +34,7 @@ static int train(mt_context *c, void *arg)
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
-    mt_trainer_config cfg = {.run = {.name = "stall-probe"}};
+    mt_trainer_config cfg = {.run = {.name = "stall-probe", .overwrite = true}};
     int rc = mt_config_from_args(&cfg, &argc, &argv);
     if (rc || argc != 3) {
         fprintf(stderr, "usage: stall_probe SLEEPER SECONDS [mpitrain options]\n%s\n",

@@ -6,6 +6,7 @@
 
 #include "../runtime/runtime.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,7 +142,7 @@ static void test_config_from_args_all_options(void)
     char *args[] = {"prog", "--name", "exp", "--storage-path=/tmp/s", "--num-workers", "4",
                     "--cpus-per-worker=2", "--max-failures", "-1", "--num-to-keep", "3",
                     "--checkpoint-score-attribute", "val/acc", "--checkpoint-score-order=min",
-                    "--checkpoint-frequency", "5", "--checkpoint-at-end", "--stall-warn", "1.5",
+                    "--checkpoint-frequency", "5", "--checkpoint-at-end", "--overwrite", "--stall-warn", "1.5",
                     "--stall-timeout=9", "--verbose", "2", "--lr", "0.1", "data.h5", NULL};
     mt_trainer_config cfg = {0};
     int argc;
@@ -157,6 +158,7 @@ static void test_config_from_args_all_options(void)
     MT_ASSERT_INT_EQ(cfg.run.checkpoint.score_order, MT_ORDER_MIN);
     MT_ASSERT_INT_EQ(cfg.run.checkpoint.frequency, 5);
     CU_ASSERT_TRUE(cfg.run.checkpoint.at_end);
+    CU_ASSERT_TRUE(cfg.run.overwrite);
     CU_ASSERT_DOUBLE_EQUAL(cfg.run.failure.stall_warn_s, 1.5, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(cfg.run.failure.stall_timeout_s, 9.0, 1e-12);
     MT_ASSERT_INT_EQ(cfg.run.verbose, 2);
@@ -268,7 +270,133 @@ static void test_trainer_outside_mpi(void)
     MT_ASSERT_INT_EQ(mt_allreduce(NULL, NULL, 0, MT_F64, MT_SUM), MT_EINVAL);
 }
 
+/* ------------------------------------------------------------ metrics */
+
+static void test_metrics(void)
+{
+    mt_metrics *m = mt_metrics_new();
+    MT_ASSERT_INT_EQ(mt_metrics_set_f64(m, "loss", 0.5), MT_OK);
+    MT_ASSERT_INT_EQ(mt_metrics_set_i64(m, "step", 7), MT_OK);
+    MT_ASSERT_INT_EQ(mt_metrics_set_str(m, "val/name", "x"), MT_OK);
+    MT_ASSERT_INT_EQ(mt_metrics_set_f64(m, "loss", 0.25), MT_OK); /* replaces */
+    MT_ASSERT_INT_EQ(mt_metrics_count(m), 3);
+    MT_ASSERT_STR_EQ(mt_metrics_key(m, 2), "val/name");
+    double d;
+    int64_t i;
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(m, "loss", &d), MT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(d, 0.25, 0);
+    MT_ASSERT_INT_EQ(mt_metrics_get_i64(m, "loss", &i), MT_OK); /* numeric either way */
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(m, "step", &d), MT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(d, 7, 0);
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(m, "val/name", &d), MT_ENOTFOUND);
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(m, "absent", &d), MT_ENOTFOUND);
+    CU_ASSERT_PTR_NULL(mt_metrics_get_str(m, "loss"));
+    MT_ASSERT_STR_EQ(mt_metrics_get_str(m, "val/name"), "x");
+    MT_ASSERT_INT_EQ(mt_metrics_set_str(m, "s", NULL), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_metrics_set_f64(NULL, "a", 1), MT_EINVAL);
+    /* the wire encoding and the JSON form round-trip */
+    char *enc;
+    size_t len;
+    MT_ASSERT_INT_EQ(mt__metrics_encode(m, &enc, &len), MT_OK);
+    mt_metrics *back = mt_metrics_new();
+    MT_ASSERT_INT_EQ(mt__metrics_decode(back, enc, len), MT_OK);
+    MT_ASSERT_INT_EQ(mt__metrics_decode(back, enc, len - 1), MT_EFORMAT);
+    free(enc);
+    MT_ASSERT_INT_EQ(mt_metrics_get_i64(back, "step", &i), MT_OK);
+    MT_ASSERT_INT_EQ(i, 7);
+    mt_metrics_set_f64(back, "nan", NAN);
+    json_t *j = mt__metrics_to_json(back);
+    mt_metrics *again = mt_metrics_new();
+    MT_ASSERT_INT_EQ(mt__metrics_from_json(again, j), MT_OK);
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(again, "nan", &d), MT_OK);
+    CU_ASSERT(isnan(d));
+    MT_ASSERT_STR_EQ(mt_metrics_get_str(again, "val/name"), "x");
+    json_decref(j);
+    mt_metrics_free(&again);
+    mt_metrics_free(&back);
+    mt_metrics_free(&m);
+    CU_ASSERT_PTR_NULL(m);
+    mt_metrics_free(&m);
+}
+
+/* ------------------------------------------------------------ retention */
+
+/* Checkpoints arrive one by one with these scores (NAN = the attribute is missing when
+ * `missing` has a 1 there); returns the surviving indices as "0,3,4". */
+static void arrive(const double *scores, const int *missing, int n, mt_checkpoint_config cfg,
+                   char *out, size_t len)
+{
+    mt__kept kept[32];
+    int nk = 0;
+    for (int i = 0; i < n; i++) {
+        kept[nk] = (mt__kept){.index = i, .metrics = mt_metrics_new()};
+        if (!missing || !missing[i])
+            mt_metrics_set_f64(kept[nk].metrics, cfg.score_attribute ? cfg.score_attribute : "s",
+                               scores[i]);
+        int latest = nk++;
+        bool drop[32];
+        mt__retention(kept, nk, latest, &cfg, drop);
+        int w = 0;
+        for (int k = 0; k < nk; k++) {
+            if (drop[k])
+                mt_metrics_free(&kept[k].metrics);
+            else
+                kept[w++] = kept[k];
+        }
+        nk = w;
+    }
+    size_t o = 0;
+    out[0] = '\0';
+    for (int k = 0; k < nk; k++) {
+        o += (size_t)snprintf(out + o, len - o, "%s%lld", k ? "," : "", (long long)kept[k].index);
+        mt_metrics_free(&kept[k].metrics);
+    }
+}
+
+static void test_retention_vectors(void)
+{
+    char got[128];
+    double s[] = {0.1, 0.9, 0.5, 0.3, 0.2};
+    arrive(s, NULL, 5, (mt_checkpoint_config){0}, got, sizeof got);
+    MT_ASSERT_STR_EQ(got, "0,1,2,3,4");                       /* keep all */
+    arrive(s, NULL, 5, (mt_checkpoint_config){.num_to_keep = 2}, got, sizeof got);
+    MT_ASSERT_STR_EQ(got, "3,4");                             /* newest K */
+    mt_checkpoint_config best = {.num_to_keep = 2, .score_attribute = "acc"};
+    arrive(s, NULL, 5, best, got, sizeof got);
+    MT_ASSERT_STR_EQ(got, "1,2,4");                           /* best 2 by max + latest */
+    best.score_order = MT_ORDER_MIN;
+    arrive(s, NULL, 5, best, got, sizeof got);
+    MT_ASSERT_STR_EQ(got, "0,4");                             /* best 2 by min (0.1, 0.2=latest) */
+    /* the latest is dropped once a newer one arrives and it is not among the best */
+    double drop_latest[] = {0.9, 0.8, 0.1, 0.7};
+    best.score_order = MT_ORDER_MAX;
+    arrive(drop_latest, NULL, 3, best, got, sizeof got);
+    MT_ASSERT_STR_EQ(got, "0,1,2");
+    arrive(drop_latest, NULL, 4, best, got, sizeof got);
+    MT_ASSERT_STR_EQ(got, "0,1,3");
+    /* ties go to the newer */
+    double ties[] = {0.5, 0.5, 0.5, 0.1};
+    arrive(ties, NULL, 4, (mt_checkpoint_config){.num_to_keep = 2, .score_attribute = "acc"},
+           got, sizeof got);
+    MT_ASSERT_STR_EQ(got, "1,2,3");
+    /* NaN and a missing attribute rank worst, in either order */
+    double nan[] = {NAN, 0.2, 0.3, 0.4};
+    int missing[] = {0, 0, 0, 1};
+    arrive(nan, missing, 4, (mt_checkpoint_config){.num_to_keep = 2, .score_attribute = "acc"},
+           got, sizeof got);
+    MT_ASSERT_STR_EQ(got, "1,2,3");
+    arrive(nan, missing, 4, (mt_checkpoint_config){.num_to_keep = 2, .score_attribute = "acc",
+                                                   .score_order = MT_ORDER_MIN}, got, sizeof got);
+    MT_ASSERT_STR_EQ(got, "1,2,3");
+    /* nested key */
+    arrive(s, NULL, 5, (mt_checkpoint_config){.num_to_keep = 1, .score_attribute = "val/acc"},
+           got, sizeof got);
+    MT_ASSERT_STR_EQ(got, "1,4");
+}
+
 static const mt_test tests[] = {
+    {"metrics", test_metrics},
+    {"retention_vectors", test_retention_vectors},
     {"error_table", test_error_table},
     {"last_error_per_thread", test_last_error_per_thread},
     {"config_defaults", test_config_defaults},

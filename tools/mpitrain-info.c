@@ -41,7 +41,8 @@ static int report(mt_context *c, void *arg)
 
 int main(int argc, char **argv)
 {
-    mt_trainer_config cfg = {.run.name = "mpitrain-info"};
+    /* a diagnostic: its run directory is replaced every time */
+    mt_trainer_config cfg = {.run = {.name = "mpitrain-info", .overwrite = true}};
     int rc = mt_init(&argc, &argv);
     if (rc) {
         fprintf(stderr, "mpitrain-info: %s\n", mt_last_error());

@@ -1,0 +1,150 @@
+/*
+ * bench_report.c -- the report and checkpoint suites of mpitrain-bench.
+ *   report:     mt_report latency with 8 numeric metrics, against a raw MPI_Gather of the
+ *               same bytes to rank 0, in the same run.
+ *   checkpoint: commit throughput of a sharded checkpoint (16 MiB to 1 GiB over all ranks)
+ *               against one process writing and fsyncing the same bytes, and how much rank
+ *               0's peak resident memory grows during the commit.
+ */
+#include "bench.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int bench_report(bench *b)
+{
+    int n = b->quick ? 300 : 2000, rc = MT_OK;
+    double *mt = calloc((size_t)n, sizeof *mt), *raw = calloc((size_t)n, sizeof *raw);
+    mt_metrics *m = mt_metrics_new();
+    const char *keys[8] = {"loss", "acc", "lr", "grad_norm", "samples_per_s", "data_s",
+                           "compute_s", "comm_s"};
+    char payload[8 * 8 + 8 * 16], *gathered = b->rank == 0 ? malloc(sizeof payload * (size_t)b->size) : NULL;
+    memset(payload, 1, sizeof payload);
+    for (int i = 0; i < n && !rc; i++) {
+        for (int k = 0; k < 8; k++)
+            mt_metrics_set_f64(m, keys[k], i * 0.001 + k);
+        MPI_Barrier(b->raw);
+        double t0 = bench_now();
+        rc = mt_report(b->ctx, m, NULL);
+        mt[i] = bench_now() - t0;
+        MPI_Barrier(b->raw);
+        t0 = bench_now();
+        MPI_Gather(payload, sizeof payload, MPI_BYTE, gathered, sizeof payload, MPI_BYTE, 0, b->raw);
+        raw[i] = bench_now() - t0;
+    }
+    if (!rc) {
+        double mt_med = bench_median(mt, n), raw_med = bench_median(raw, n), mt_max, raw_max;
+        bench_over_ranks(b, mt_med, NULL, NULL, &mt_max);
+        bench_over_ranks(b, raw_med, NULL, NULL, &raw_max);
+        bench_say(b, "%6s %8s %14s %16s %8s\n", "ranks", "reports", "mt_report_us", "raw_gather_us",
+                  "ratio");
+        bench_say(b, "%6d %8d %14.1f %16.1f %8.1f\n", b->size, n, mt_max * 1e6, raw_max * 1e6,
+                  mt_max / raw_max);
+        if (b->size == 2)
+            bench_say(b, "budget: mt_report <= 25 us median at 2 ranks: %.1f us (%s)\n",
+                      mt_max * 1e6, mt_max <= 25e-6 ? "met" : "NOT met");
+        bench_json(b, "report", "\"reports\": %d, \"metrics\": 8, \"mt_report_median_us\": %.3f, "
+                   "\"raw_gather_median_us\": %.3f", n, mt_max * 1e6, raw_max * 1e6);
+    }
+    mt_metrics_free(&m);
+    free(mt);
+    free(raw);
+    free(gathered);
+    return rc;
+}
+
+static long long peak_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6))
+            v = atoll(line + 6);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* One process writes and fsyncs `bytes` (rank 0); seconds. */
+static double raw_write(const bench *b, const unsigned char *data, size_t bytes)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/mpitrain-bench-raw-%d.bin", b->tmpdir, (int)getpid());
+    double t0 = bench_now();
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    size_t chunk = (size_t)8 << 20;
+    for (size_t off = 0; fd >= 0 && off < bytes; off += chunk) {
+        size_t n = bytes - off < chunk ? bytes - off : chunk;
+        if (write(fd, data + off % ((size_t)64 << 20), n) != (ssize_t)n)
+            break;
+    }
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    double t = bench_now() - t0;
+    unlink(path);
+    return t;
+}
+
+int bench_checkpoint(bench *b)
+{
+    size_t sizes[] = {16, 64, 256, 1024};
+    int nsizes = b->quick ? 3 : 4, reps = b->quick ? 2 : 3, rc = MT_OK;
+    unsigned char *src = malloc((size_t)64 << 20); /* raw writes cycle through 64 MiB */
+    if (!src)
+        return MT_ENOMEM;
+    memset(src, 7, (size_t)64 << 20);
+    bench_say(b, "%6s %8s %10s %10s %7s %16s\n", "ranks", "MiB", "raw_MBps", "mt_MBps", "ratio",
+              "rank0_grew_MiB");
+    double worst = 1e9;
+    for (int s = 0; s < nsizes && !rc; s++) {
+        size_t bytes = sizes[s] << 20, mine = bytes / (size_t)b->size / 4096 * 4096;
+        unsigned char *part = malloc(mine ? mine : 1);
+        if (!part) {
+            rc = MT_ENOMEM;
+            break;
+        }
+        memset(part, (int)s, mine);
+        double tm[4], tr[4];
+        long long grew = 0;
+        for (int r = 0; r < reps && !rc; r++) {
+            mt_checkpoint *ck = mt_checkpoint_new();
+            mt_checkpoint_put(ck, "blob", MT_U8, 2, (size_t[]){mine / 4096, 4096}, part, MT_SHARDED);
+            mt_metrics *m = mt_metrics_new();
+            long long before = peak_kib();
+            MPI_Barrier(b->raw);
+            double t0 = bench_now();
+            rc = mt_report(b->ctx, m, ck);
+            double t = bench_now() - t0;
+            long long after = peak_kib();
+            bench_over_ranks(b, t, NULL, NULL, &tm[r]);
+            if (after - before > grew)
+                grew = after - before;
+            mt_metrics_free(&m);
+            mt_checkpoint_free(&ck);
+            double w = b->rank == 0 ? raw_write(b, src, mine * (size_t)b->size) : 0;
+            bench_over_ranks(b, w, NULL, NULL, &tr[r]);
+        }
+        free(part);
+        if (rc)
+            break;
+        double total = (double)(mine * (size_t)b->size);
+        double gm = total / bench_median(tm, reps) / 1e6, gr = total / bench_median(tr, reps) / 1e6;
+        if (gm / gr < worst)
+            worst = gm / gr;
+        bench_say(b, "%6d %8zu %10.0f %10.0f %7.2f %16lld\n", b->size, sizes[s], gr, gm, gm / gr,
+                  grew >> 10);
+        bench_json(b, "checkpoint", "\"bytes\": %.0f, \"raw_MBps\": %.1f, \"mt_MBps\": %.1f, "
+                   "\"ratio\": %.4f, \"rank0_peak_growth_MiB\": %lld", total, gr, gm, gm / gr,
+                   grew >> 10);
+    }
+    if (!rc)
+        bench_say(b, "budget: commit >= 0.7x raw write+fsync: worst %.2fx (%s); rank 0 holds <= "
+                     "64 MiB of the others' data at a time\n", worst, worst >= 0.7 ? "met" : "NOT met");
+    free(src);
+    return rc;
+}

@@ -1,0 +1,63 @@
+#!/bin/sh
+# Checkpoints across world sizes, with a bounded rank 0, and across a crash of rank 0
+# in the middle of a commit.
+set -u
+probe="${top_builddir:-.}/tests/ckpt_probe"
+run="${top_srcdir:-.}/tests/mpirun.sh"
+store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-ckpt-test.XXXXXX")
+out="$store/out"; err="$store/err"
+trap 'rm -rf "$store"' EXIT
+export MT_STORAGE_PATH="$store"
+fails=0; checks=0
+ok() { checks=$((checks + 1)); echo "ok: $1"; }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"; cat "$out" "$err"; }
+
+# sharded restore at another world size: saved at 2, restored at 3; saved at 4, restored at 2
+for pair in "2 3" "4 2"; do
+    set -- $pair
+    name="resplit-$1-$2"
+    "$run" "$1" "$probe" save "$name" 1001 >"$out" 2>"$err"
+    "$run" "$2" "$probe" load "$name" 1001 >"$out" 2>"$err"
+    rc=$?
+    n=$(grep -c ": ok$" "$out")
+    if [ $rc -eq 0 ] && [ "$n" -eq "$2" ]; then ok "sharded checkpoint saved at $1 ranks, restored at $2"
+    else bad "sharded restore $1 -> $2 (exit $rc, $n ranks ok)"; fi
+done
+
+# rank 0 holds at most one buffer (64 MiB) of the others' data, plus a small constant
+for np in 2 4; do
+    "$run" "$np" "$probe" big "big-$np" 1024 >"$out" 2>"$err"
+    rc=$?
+    grew=$(sed -n 's/.*memory grew by \([0-9-]*\) MiB.*/\1/p' "$out")
+    echo "  $(cat "$out")"
+    if [ $rc -eq 0 ] && [ -n "$grew" ] && [ "$grew" -le 96 ]; then
+        ok "1 GiB from $np ranks: rank 0 grew by $grew MiB (bound: 64 MiB buffer + 32 MiB)"
+    else bad "1 GiB from $np ranks (exit $rc, grew '${grew:-?}' MiB)"; fi
+    rm -rf "$store/big-$np"
+done
+
+# SIGKILL of rank 0 while it writes the second checkpoint: the first still loads
+name=crash
+MT_TEST_COMMIT_PAUSE=60 MT_TEST_COMMIT_PAUSE_AT=1 \
+    "$run" 2 -x MT_TEST_COMMIT_PAUSE -x MT_TEST_COMMIT_PAUSE_AT "$probe" twice "$name" 100 >"$out" 2>"$err" &
+job=$!
+pid=""
+for _ in $(seq 1 300); do
+    pid=$(sed -n 's/.*test hook: pid \([0-9]*\) pausing.*/\1/p' "$err" | tail -n 1)
+    [ -n "$pid" ] && break
+    sleep 0.1
+done
+[ -n "$pid" ] && kill -9 "$pid"
+wait $job
+if [ -d "$store/$name/checkpoint_000000" ] && [ ! -d "$store/$name/checkpoint_000001" ]; then
+    ok "after SIGKILL in a commit: checkpoint_000000 kept, no checkpoint_000001"
+else bad "state after SIGKILL in a commit"; ls -la "$store/$name"; fi
+"$run" 2 "$probe" load "$name" 100 >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "checkpoint_000000: ok" "$out" && [ "$(grep -c ': ok$' "$out")" -eq 2 ] \
+    && ! ls -d "$store/$name"/.checkpoint_*.tmp >/dev/null 2>&1; then
+    ok "rerun resumes from checkpoint_000000; the half-written one is removed"
+else bad "resume after the crash (exit $rc)"; fi
+
+echo "$((checks - fails)) passed, $fails failed"
+[ "$fails" -eq 0 ]

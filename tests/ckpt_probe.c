@@ -1,0 +1,138 @@
+/*
+ * ckpt_probe -- checkpoint scenarios driven by tests/checkpoint.sh:
+ *   ckpt_probe save NAME ROWS     one sharded checkpoint of ROWS rows (row i holds i), then
+ *                                 stop with an error so the run can be resumed
+ *   ckpt_probe load NAME ROWS     resume: every rank checks its part of the rows
+ *   ckpt_probe twice NAME ROWS    like save, with a second checkpoint (tests pause in it)
+ *   ckpt_probe big NAME MIB       a MIB-sized sharded checkpoint; rank 0 prints how much its
+ *                                 peak resident memory grew during the commit
+ * Storage: MT_STORAGE_PATH.
+ */
+#include <mpitrain.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *mode;
+    long long n;
+} probe;
+
+static long long peak_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6))
+            v = atoll(line + 6);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static int save(mt_context *c, long long rows, int times)
+{
+    int r = mt_world_rank(c), p = mt_world_size(c), rc = MT_OK;
+    long long mine = rows / p + (r < rows % p), first = r * (rows / p) + (r < rows % p ? r : rows % p);
+    double *part = malloc((size_t)(mine ? mine : 1) * 2 * sizeof *part);
+    for (long long i = 0; i < mine; i++)
+        part[2 * i] = part[2 * i + 1] = (double)(first + i);
+    for (int k = 0; k < times && !rc; k++) {
+        mt_checkpoint *ck = mt_checkpoint_new();
+        mt_checkpoint_put(ck, "rows", MT_F64, 2, (size_t[]){(size_t)mine, 2}, part, MT_SHARDED);
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_i64(m, "k", k);
+        rc = mt_report(c, m, ck);
+        mt_metrics_free(&m);
+        mt_checkpoint_free(&ck);
+    }
+    free(part);
+    return rc ? rc : MT_EIO; /* stop here: the run stays resumable */
+}
+
+static int load(mt_context *c, long long rows)
+{
+    const mt_checkpoint *ck = mt_get_checkpoint(c);
+    if (!ck) {
+        fprintf(stderr, "ckpt_probe: rank %d: no checkpoint to resume from\n", mt_world_rank(c));
+        return MT_ENOTFOUND;
+    }
+    int nd;
+    size_t dims[8];
+    int rc = mt_checkpoint_dims(ck, "rows", &nd, dims);
+    if (rc)
+        return rc;
+    int r = mt_world_rank(c), p = mt_world_size(c);
+    long long start = rows * r / p, count = rows * (r + 1) / p - start;
+    float *part = malloc((dims[0] ? dims[0] : 1) * 2 * sizeof *part);
+    rc = mt_checkpoint_get(ck, "rows", MT_F32, part, dims[0] * 2);
+    int bad = (long long)dims[0] != count;
+    for (size_t i = 0; !rc && !bad && i < dims[0]; i++)
+        bad += part[2 * i] != (float)(start + (long long)i) || part[2 * i + 1] != part[2 * i];
+    printf("ckpt_probe: rank %d of %d: rows %lld..%lld from %s: %s\n", r, p, start,
+           start + count, mt_checkpoint_path(ck), bad || rc ? "WRONG" : "ok");
+    free(part);
+    return rc ? rc : bad ? MT_EFORMAT : MT_OK;
+}
+
+static int big(mt_context *c, long long mib)
+{
+    int p = mt_world_size(c);
+    size_t bytes = (size_t)mib << 20, mine = bytes / (size_t)p / 4096 * 4096;
+    unsigned char *part = malloc(mine);
+    if (!part)
+        return MT_ENOMEM;
+    for (size_t i = 0; i < mine; i++)
+        part[i] = (unsigned char)i;
+    long long before = peak_kib();
+    mt_checkpoint *ck = mt_checkpoint_new();
+    mt_checkpoint_put(ck, "blob", MT_U8, 2, (size_t[]){mine / 4096, 4096}, part, MT_SHARDED);
+    mt_metrics *m = mt_metrics_new();
+    int rc = mt_report(c, m, ck);
+    long long after = peak_kib();
+    if (mt_world_rank(c) == 0)
+        printf("ckpt_probe: committed %lld MiB from %d ranks; rank 0 held %zu MiB itself; its "
+               "peak resident memory grew by %lld MiB\n", mib, p, mine >> 20,
+               (after - before) >> 10);
+    mt_metrics_free(&m);
+    mt_checkpoint_free(&ck);
+    free(part);
+    return rc;
+}
+
+static int train(mt_context *c, void *arg)
+{
+    const probe *p = arg;
+    if (!strcmp(p->mode, "save"))
+        return save(c, p->n, 1);
+    if (!strcmp(p->mode, "twice"))
+        return save(c, p->n, 2);
+    if (!strcmp(p->mode, "load"))
+        return load(c, p->n);
+    return big(c, p->n);
+}
+
+int main(int argc, char **argv)
+{
+    mt_init(&argc, &argv);
+    if (argc != 4) {
+        fprintf(stderr, "usage: ckpt_probe save|load|twice|big NAME N\n");
+        mt_finalize();
+        return 2;
+    }
+    probe p = {argv[1], atoll(argv[3])};
+    mt_trainer_config cfg = {.run = {.name = argv[2], .verbose = MT_VERBOSE_SILENT}};
+    mt_trainer *t = NULL;
+    mt_result *r = NULL;
+    int rc = mt_trainer_create(&t, train, &p, &cfg);
+    if (!rc)
+        rc = mt_trainer_fit(t, &r);
+    if (rc && strcmp(p.mode, "save") && strcmp(p.mode, "twice"))
+        fprintf(stderr, "ckpt_probe: %s\n", r && mt_result_error(r) ? mt_result_error(r) : mt_last_error());
+    mt_result_free(&r);
+    mt_trainer_destroy(&t);
+    mt_finalize();
+    return rc ? 1 : 0;
+}
