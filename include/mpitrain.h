@@ -188,6 +188,10 @@ typedef int (*mt_train_fn)(mt_context *ctx, void *arg);
 MT_EXTERN int mt_init(int *argc, char ***argv);
 /* Collective. Finalises MPI if mt_init initialised it. */
 MT_EXTERN int mt_finalize(void);
+/* Local. This process's rank and the job's size: MPI_COMM_WORLD's, or in spawn mode those
+ * of parent and children together (the parent is rank 0; 1 rank before fit spawns). */
+MT_EXTERN int mt_job_rank(void);
+MT_EXTERN int mt_job_size(void);
 
 /* Local. Copies cfg (and its strings). */
 MT_EXTERN int mt_trainer_create(mt_trainer **out, mt_train_fn fn, void *arg,

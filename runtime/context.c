@@ -10,9 +10,41 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static bool we_initialised_mpi;
 static _Thread_local mt_context *current;
+
+/* Spawn mode: a program started without a launcher whose num_workers is N > 1 starts
+ * N-1 copies of itself (same executable, same arguments) with MPI_Comm_spawn; parent and
+ * children merge into one intracommunicator, the job's world from then on. */
+static MPI_Comm job_world = MPI_COMM_NULL; /* merged; NULL = MPI_COMM_WORLD */
+static MPI_Comm family = MPI_COMM_NULL;    /* the parent/children intercommunicator */
+static char **saved_argv;
+static int saved_argc;
+
+MPI_Comm mt__world(void)
+{
+    return job_world != MPI_COMM_NULL ? job_world : MPI_COMM_WORLD;
+}
+
+int mt_job_rank(void)
+{
+    int r = 0, init = 0;
+    MPI_Initialized(&init);
+    if (init)
+        MPI_Comm_rank(mt__world(), &r);
+    return r;
+}
+
+int mt_job_size(void)
+{
+    int n = 1, init = 0;
+    MPI_Initialized(&init);
+    if (init)
+        MPI_Comm_size(mt__world(), &n);
+    return n;
+}
 
 int mt_init(int *argc, char ***argv)
 {
@@ -22,6 +54,46 @@ int mt_init(int *argc, char ***argv)
         MT__MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), out);
         we_initialised_mpi = true;
     }
+    if (argc && argv && *argv && !saved_argv) { /* before options are taken out of argv */
+        saved_argv = calloc((size_t)*argc + 1, sizeof *saved_argv);
+        for (int i = 0; saved_argv && i < *argc; i++)
+            saved_argv[i] = (*argv)[i];
+        saved_argc = saved_argv ? *argc : 0;
+    }
+    MPI_Comm parent = MPI_COMM_NULL;
+    MT__MPI(MPI_Comm_get_parent(&parent), out);
+    if (parent != MPI_COMM_NULL && job_world == MPI_COMM_NULL) {
+        family = parent;
+        MT__MPI(MPI_Intercomm_merge(parent, 1, &job_world), out);
+    }
+out:
+    return rc;
+}
+
+int mt__spawn(int workers)
+{
+    int rc = MT_OK, size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (workers <= 1 || size != 1 || job_world != MPI_COMM_NULL)
+        return MT_OK;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return mt__error(MT_EIO, "spawn mode: cannot find this program's path");
+    exe[n] = '\0';
+    /* the children get our arguments; the options mt_config_from_args removed (e.g.
+     * --num-workers) come back through the environment of the spawn */
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "map_by", "slot:oversubscribe");
+    int *errs = calloc((size_t)workers, sizeof *errs);
+    char **args = saved_argc > 1 ? saved_argv + 1 : MPI_ARGV_NULL;
+    int e = MPI_Comm_spawn(exe, args, workers - 1, info, 0, MPI_COMM_SELF, &family, errs);
+    MPI_Info_free(&info);
+    free(errs);
+    if (e != MPI_SUCCESS)
+        return mt__mpi_error(e, "MPI_Comm_spawn (spawn mode)");
+    MT__MPI(MPI_Intercomm_merge(family, 0, &job_world), out);
 out:
     return rc;
 }
@@ -29,6 +101,13 @@ out:
 int mt_finalize(void)
 {
     int rc = MT_OK, fin = 0;
+    if (job_world != MPI_COMM_NULL)
+        MPI_Comm_free(&job_world);
+    if (family != MPI_COMM_NULL)
+        MPI_Comm_disconnect(&family);
+    free(saved_argv);
+    saved_argv = NULL;
+    saved_argc = 0;
     if (!we_initialised_mpi)
         return MT_OK;
     MT__MPI(MPI_Finalized(&fin), out);

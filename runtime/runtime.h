@@ -152,6 +152,12 @@ struct mt_context {
     mt_metrics *last_metrics;      /* rank 0's last report, with automatic keys (rank 0) */
 };
 
+/* The job's world: MPI_COMM_WORLD, or parent and children merged in spawn mode. */
+MPI_Comm mt__world(void);
+/* Spawn mode: from a singleton, start workers-1 copies of this program (collective with
+ * them); a no-op under a launcher. */
+int mt__spawn(int workers);
+
 /* Collective over world: a context with a private communicator and the topology. */
 int mt__context_create(mt_context **out, MPI_Comm world);
 void mt__context_destroy(mt_context **c);

@@ -365,7 +365,10 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     MPI_Initialized(&init);
     if (!init)
         return mt__error(MT_EINVAL, "mt_trainer_fit: MPI is not initialised; call mt_init first");
-    rc = mt__context_create(&ctx, MPI_COMM_WORLD);
+    rc = mt__spawn(t->cfg.scaling.num_workers);
+    if (rc)
+        return rc; /* the spawn failed: this process is alone */
+    rc = mt__context_create(&ctx, mt__world());
     if (rc)
         return rc; /* an MPI failure in MPI_Comm_dup: nothing to agree on */
     ctx->verbose = t->cfg.run.verbose;
