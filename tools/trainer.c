@@ -176,9 +176,15 @@ static double backward(model *m, int n, const uint8_t *labels, mt_fusion *f, con
     return loss / n;
 }
 
-static void sgd(model *m, const options *o)
+/* Cosine decay of the learning rate over the epochs. */
+static double lr_at(const options *o, int epoch)
 {
-    float lr = (float)o->lr, mu = (float)o->momentum, wd = (float)o->weight_decay;
+    return o->lr * 0.5 * (1 + cos(M_PI * epoch / o->epochs));
+}
+
+static void sgd(model *m, const options *o, double lr_now)
+{
+    float lr = (float)lr_now, mu = (float)o->momentum, wd = (float)o->weight_decay;
     for (int l = 0; l < NL; l++) {
         for (size_t i = 0; i < wsize(l); i++) {
             m->vw[l][i] = mu * m->vw[l][i] + m->gw[l][i] + wd * m->w[l][i];
@@ -349,7 +355,7 @@ static int train(mt_context *c, void *arg)
             rc = mt_fusion_wait(f);
             t_comm += MPI_Wtime() - tc;
             t = MPI_Wtime();
-            sgd(&m, o);
+            sgd(&m, o, lr_at(o, e));
             t_comp += MPI_Wtime() - t;
             samples += n;
             steps++;
@@ -368,6 +374,7 @@ static int train(mt_context *c, void *arg)
         mt_metrics_set_i64(mm, "epoch", e);
         mt_metrics_set_f64(mm, "train_loss", loss);
         mt_metrics_set_f64(mm, "test_acc", acc);
+        mt_metrics_set_f64(mm, "lr", lr_at(o, e));
         mt_metrics_set_f64(mm, "samples_per_s", (double)samples / secs);
         mt_metrics_set_f64(mm, "time_compute_s", t_comp);
         mt_metrics_set_f64(mm, "time_comm_s", t_comm);
@@ -402,7 +409,7 @@ static void usage(FILE *out)
         "                          ($MT_DATA_DIR or ~/.cache/mpitrain/fashion-mnist.h5)\n"
         "  --epochs N              default 10\n"
         "  --batch-size N          per rank; default 128 / ranks (a constant global batch)\n"
-        "  --lr X                  learning rate, default 0.05\n"
+        "  --lr X                  peak learning rate (cosine decay over the epochs), default 0.05\n"
         "  --momentum X            default 0.9\n"
         "  --weight-decay X        default 0.0005\n"
         "  --seed N                default 1 (initial weights and shuffling)\n"
