@@ -338,6 +338,8 @@ static int train(mt_context *c, void *arg)
             t = MPI_Wtime();
             if (rc || (got = mt_shard_next(tr, &b)) != 1)
                 break;
+            if (o->steps > 0 && steps >= o->steps)
+                continue; /* --steps-per-epoch: drain the epoch without training */
             const uint8_t *y;
             int n = load_batch(&m, b, &y);
             t_data += MPI_Wtime() - t;
@@ -345,8 +347,6 @@ static int train(mt_context *c, void *arg)
                 rc = MT_EINVAL;
                 break;
             }
-            if (o->steps > 0 && steps >= o->steps)
-                continue; /* --steps-per-epoch: drain the epoch without training */
             t = MPI_Wtime();
             forward(&m, n);
             loss_sum += backward(&m, n, y, f, idx);
