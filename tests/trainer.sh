@@ -1,0 +1,83 @@
+#!/bin/sh
+# The example job end to end: a short run (2 epochs on a subset) at 1, 2 and 4 ranks
+# learns and writes the run directory; a failed run resumes from its checkpoint; spawn
+# mode gives the same numbers as mpirun; mpitrain-show (and --plot) reads the run;
+# mpitrain-bench --quick runs every suite and writes valid JSON lines.
+set -u
+b="${top_builddir:-.}"
+run="${top_srcdir:-.}/tests/mpirun.sh"
+store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-trainer-test.XXXXXX")
+out="$store/out"; err="$store/err"
+trap 'rm -rf "$store"' EXIT
+fails=0; checks=0
+ok() { checks=$((checks + 1)); echo "ok: $1"; }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"; tail -n 30 "$out" "$err"; }
+data="$store/fmnist.h5"
+if ! "$b/tools/mpitrain-import" fashion-mnist --output "$data" >"$out" 2>"$err"; then
+    bad "Fashion-MNIST import (install dataset-fashion-mnist: scripts/setup.sh --example)"
+    echo "$((checks - fails)) passed, $fails failed"; exit 1
+fi
+common="--data $data --storage-path $store/runs --steps-per-epoch 40 --checkpoint-frequency 1"
+last_field() { # last_field RUN KEY: KEY's value in the last line of result.json
+    tail -n 1 "$store/runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n "s/^ *\"$2\": *//p"
+}
+
+for np in 1 2 4; do
+    "$run" "$np" "$b/tools/trainer" $common --name short-$np --epochs 2 >"$out" 2>"$err"
+    rc=$?
+    acc=$(last_field short-$np test_acc)
+    d="$store/runs/short-$np"
+    if [ $rc -eq 0 ] && [ -f "$d/run.json" ] && [ -f "$d/params.json" ] && [ -f "$d/progress.csv" ] \
+        && [ -d "$d/checkpoint_000001" ] && [ "$(wc -l <"$d/result.json")" -eq 2 ] \
+        && awk "BEGIN { exit !($acc > 0.5) }" && grep -q "trainer: done: final test accuracy" "$out"; then
+        ok "short run at $np ranks learns (test accuracy $acc, chance is 0.1) and writes its run directory"
+    else bad "short run at $np ranks (exit $rc, accuracy '$acc')"; fi
+done
+
+# a failure in epoch 1 (no retries), then the same command resumes from epoch 0's checkpoint
+"$run" 2 "$b/tools/trainer" $common --name resume --epochs 3 --fail-rank 1 --fail-epoch 1 >"$out" 2>"$err"
+rc1=$?
+"$run" 2 "$b/tools/trainer" $common --name resume --epochs 3 >"$out" 2>"$err"
+rc2=$?
+if [ $rc1 -eq 1 ] && [ $rc2 -eq 0 ] && grep -q "resumed from .*checkpoint_000000 (epoch 1 done)" "$out" \
+    && [ "$(wc -l <"$store/runs/resume/result.json")" -eq 3 ]; then
+    ok "a failed run resumes from its checkpoint and completes (3 reports, none repeated)"
+else bad "resume (exits $rc1, $rc2)"; fi
+
+# the same job in spawn mode: no launcher, the same numbers
+"$run" 2 "$b/tools/trainer" $common --name by-mpirun --epochs 2 >"$out" 2>"$err"
+timeout -k 5 $((120 * ${MT_TEST_TIMEOUT_SCALE:-1})) "$b/tools/trainer" --num-workers 2 $common \
+    --name by-spawn --epochs 2 >"$out" 2>"$err"
+rc=$?
+l1=$(last_field by-mpirun train_loss); l2=$(last_field by-spawn train_loss)
+if [ $rc -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ]; then
+    ok "spawn mode (--num-workers 2) matches mpirun -np 2 (train_loss $l2)"
+else bad "spawn mode (exit $rc, loss '$l1' vs '$l2')"; fi
+
+# mpitrain-show and its plot
+"$b/tools/mpitrain-show" "$store/runs/short-2" --plot "$store/curves.png" >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^status     finished" "$out" && grep -q "test_acc" "$out" \
+    && [ -s "$store/curves.png" ] && [ "$(head -c 4 "$store/curves.png" | od -An -c | tr -d ' ')" = "211PNG" ]; then
+    ok "mpitrain-show prints the run and --plot draws a PNG"
+else bad "mpitrain-show (exit $rc)"; fi
+"$b/tools/mpitrain-show" "$store" >"$out" 2>"$err"
+if [ $? -ne 0 ] && grep -q "is not a run directory" "$err"; then ok "mpitrain-show refuses a folder that is not a run"
+else bad "mpitrain-show on a non-run folder"; fi
+
+# the benchmark suite, quickly, at 2 ranks
+"$run" 2 "$b/benchmarks/mpitrain-bench" --quick --json "$store/bench.jsonl" --tmpdir "$store" \
+    --storage-path "$store/runs" >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && "$b/tests/jsonl_check" "$store/bench.jsonl" allreduce fusion overlap shard \
+    report checkpoint >>"$out" 2>>"$err"; then
+    ok "mpitrain-bench --quick runs every suite and writes valid JSON lines"
+else bad "mpitrain-bench --quick (exit $rc)"; fi
+
+for prog in trainer mpitrain-run mpitrain-show mpitrain-info mpitrain-import; do
+    "$b/tools/$prog" --help >"$out" 2>"$err" && grep -qi "usage" "$out" || { bad "$prog --help"; continue; }
+done
+"$b/benchmarks/mpitrain-bench" --help >"$out" 2>"$err" && grep -q "usage" "$out" && ok "--help on every program" || bad "mpitrain-bench --help"
+
+echo "$((checks - fails)) passed, $fails failed"
+[ "$fails" -eq 0 ]
