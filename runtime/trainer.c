@@ -413,11 +413,15 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
         ctx->start = ctx->last_report = mt__now();
         ctx->stop = ctx->stopped_after_ckpt = false;
         mt__context_set_current(ctx);
+        mt__error_clear();
         int fn_rc = t->fn(ctx, t->arg);
         mt__context_set_current(NULL);
         if (fn_rc > 0)
             fn_rc = mt__error(MT_EINVAL, "the training function returned %d (expected 0 or a "
                                          "negative MT_E* code)", fn_rc);
+        else if (fn_rc < 0 && !mt_last_error()[0])
+            mt__error(fn_rc, "the training function returned %s (%s)", mt_err_name(fn_rc),
+                      mt_strerror(fn_rc));
         rc = mt__agree_exit(ctx->comm, MT__CALL_FIT_END, fn_rc, &who);
         if (rc && who.rank >= 0)
             rc = who.code; /* the same code on every rank: the winning rank's */

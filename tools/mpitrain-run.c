@@ -7,8 +7,9 @@
  * times; each rerun resumes from the run's latest checkpoint because the command names the
  * same run. It does not rerun after success, after the preempted status (75: the job was
  * asked to stop and checkpointed; the batch system requeues it), or after it forwarded
- * SIGTERM or SIGINT itself. SIGTERM, SIGINT, SIGUSR1 and SIGUSR2 are forwarded to the
- * command. Its own exit status is the command's last one.
+ * SIGTERM or SIGINT itself. SIGINT, SIGUSR1 and SIGUSR2 are forwarded to the command; the
+ * first SIGTERM goes on as SIGUSR1 (checkpoint and stop), a second one as SIGTERM. Its own
+ * exit status is the command's last one.
  */
 #include <mpitrain.h>
 
@@ -20,15 +21,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t child_pid, stop_asked, last_signal;
+static volatile sig_atomic_t child_pid, stop_asked, last_signal, terms;
 
+/* The first SIGTERM is passed on as SIGUSR1: mpirun forwards SIGUSR1 to every rank and
+ * leaves them running, so the job checkpoints and stops at its next report, while mpirun
+ * answers SIGTERM by killing the job. A second SIGTERM is passed on as is. */
 static void forward(int sig)
 {
     last_signal = sig;
     if (sig == SIGTERM || sig == SIGINT)
         stop_asked = 1;
+    int to = sig == SIGTERM && terms++ == 0 ? SIGUSR1 : sig;
     if (child_pid > 0)
-        kill((pid_t)child_pid, sig);
+        kill((pid_t)child_pid, to);
 }
 
 static void usage(FILE *out)
@@ -40,9 +45,11 @@ static void usage(FILE *out)
         "times (default 3; -1 = no limit). A rerun of the same training command resumes\n"
         "from the run's latest checkpoint. Stops after success, after exit status %d\n"
         "(preempted: checkpointed and stopped on request; requeue the job), or when it was\n"
-        "sent SIGTERM or SIGINT. Forwards SIGTERM, SIGINT, SIGUSR1 and SIGUSR2 to COMMAND.\n"
+        "sent SIGTERM or SIGINT. Forwards SIGINT, SIGUSR1 and SIGUSR2 to COMMAND; the first\n"
+        "SIGTERM is forwarded as SIGUSR1 (the job checkpoints and stops with status %d),\n"
+        "a second SIGTERM as SIGTERM (mpirun then kills the job).\n"
         "Exit status: COMMAND's last; %d means a collective stalled past its timeout.\n",
-        MT_EXIT_PREEMPTED, MT_EXIT_STALLED);
+        MT_EXIT_PREEMPTED, MT_EXIT_PREEMPTED, MT_EXIT_STALLED);
 }
 
 static void describe(int status, char *buf, size_t len)
@@ -128,6 +135,11 @@ int main(int argc, char **argv)
         if (ok) {
             if (!quiet)
                 fprintf(stderr, "mpitrain-run: attempt %d finished successfully\n", attempt);
+            return 0;
+        }
+        if (!preempted && stop_asked && ok) {
+            fprintf(stderr, "mpitrain-run: attempt %d finished before the stop request took "
+                            "effect\n", attempt);
             return 0;
         }
         if (preempted) {

@@ -362,7 +362,7 @@ static int train(mt_context *c, void *arg)
         }
         if (!rc && got < 0)
             rc = got;
-        if (!rc && e == o->fail_epoch && rank == o->fail_rank)
+        if (!rc && e == o->fail_epoch && rank == o->fail_rank && mt_attempt(c) == 0)
             rc = MT_EIO, fprintf(stderr, "trainer: rank %d: injected failure in epoch %d\n", rank, e);
         double secs = MPI_Wtime() - t0, acc = 0;
         if (!rc)
@@ -415,6 +415,7 @@ static void usage(FILE *out)
         "  --seed N                default 1 (initial weights and shuffling)\n"
         "  --threads N             OpenBLAS threads per rank; 0 = the rank's CPUs; default 1\n"
         "  --steps-per-epoch N     train on N batches per epoch only (quick runs)\n"
+        "  --fail-rank R --fail-epoch E   tests: rank R fails in epoch E of the first attempt\n"
         "  --help                  this text\n"
         "\n"
         "Checkpoints are taken every epoch unless --checkpoint-frequency says otherwise.\n"

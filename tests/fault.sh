@@ -1,0 +1,89 @@
+#!/bin/sh
+# Fault injection end to end, at 2 and 4 ranks, with the example trainer:
+#  - a rank fails in epoch k: the retry resumes and the final metrics equal an
+#    uninterrupted run with the same seed;
+#  - SIGKILL of one rank under mpitrain-run: the job reruns, resumes and completes, and no
+#    committed checkpoint is lost;
+#  - SIGTERM mid-run: a checkpoint, the preempted status (75), and a rerun completes;
+#  - max_failures exhausted: the error in error.txt and a non-zero exit.
+set -u
+b="${top_builddir:-.}"
+run="${top_srcdir:-.}/tests/mpirun.sh"
+store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-fault-test.XXXXXX")
+out="$store/out"; err="$store/err"
+trap 'rm -rf "$store"' EXIT
+fails=0; checks=0
+ok() { checks=$((checks + 1)); echo "ok: $1"; }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"; tail -n 30 "$out" "$err"; }
+data="$store/fmnist.h5"
+"$b/tools/mpitrain-import" fashion-mnist --output "$data" >"$out" 2>"$err" || {
+    bad "Fashion-MNIST import (install dataset-fashion-mnist: scripts/setup.sh --example)"
+    echo "$((checks - fails)) passed, $fails failed"; exit 1; }
+common="--data $data --storage-path $store/runs --steps-per-epoch 30 --epochs 4"
+# the metrics of the last report that do not depend on timing
+last_line() { tail -n 1 "$store/runs/$1/result.json" | tr ',' '\n' | grep -E '"(epoch|train_loss|test_acc|lr|training_iteration)":' | tr '\n' ' '; }
+limit=$((240 * ${MT_TEST_TIMEOUT_SCALE:-1}))
+
+for np in 2 4; do
+    "$run" "$np" "$b/tools/trainer" $common --name clean-$np >"$out" 2>"$err"
+    "$run" "$np" "$b/tools/trainer" $common --name retry-$np --max-failures 1 --fail-rank 1 \
+        --fail-epoch 2 >"$out" 2>"$err"
+    rc=$?
+    a=$(last_line clean-$np); r=$(last_line retry-$np)
+    if [ $rc -eq 0 ] && grep -q "attempt 0 failed: rank 1: " "$err" && [ -n "$a" ] && [ "$a" = "$r" ]; then
+        ok "$np ranks: rank 1 fails in epoch 2, the retry resumes and ends with the same metrics"
+    else bad "$np ranks: retry after a failure (exit $rc)"; echo "  clean: $a"; echo "  retry: $r"; fi
+
+    # SIGKILL one rank once the second checkpoint exists
+    name=kill-$np
+    timeout -k 5 $limit "$b/tools/mpitrain-run" --max-failures 2 -- mpirun --oversubscribe -np "$np" \
+        "$b/tools/trainer" $common --name $name >"$out" 2>"$err" &
+    sup=$!
+    for _ in $(seq 1 600); do
+        [ -d "$store/runs/$name/checkpoint_000001" ] && break
+        sleep 0.05
+    done
+    victim=$(pgrep -f "trainer $common --name $name" | tail -n 1)
+    [ -n "$victim" ] && kill -9 "$victim"
+    wait $sup
+    rc=$?
+    status=$(sed -n 's/.*"status": *"\([a-z]*\)".*/\1/p' "$store/runs/$name/run.json")
+    its=$(sed -n 's/.*"training_iteration": *\([0-9]*\).*/\1/p' "$store/runs/$name/result.json" | tr '\n' ' ')
+    if [ $rc -eq 0 ] && [ -n "$victim" ] && grep -q "rerunning" "$err" && [ "$status" = finished ] \
+        && [ "$its" = "1 2 3 4 " ] && [ -d "$store/runs/$name/checkpoint_000003" ]; then
+        ok "$np ranks: SIGKILL of a rank under mpitrain-run: rerun, resumed, finished (iterations $its)"
+    else bad "$np ranks: SIGKILL under mpitrain-run (exit $rc, victim '$victim', status '$status', iterations '$its')"; fi
+
+    # SIGTERM (2 ranks) or SIGUSR1 (4 ranks) to the supervisor mid-run: the job is asked to
+    # stop; it checkpoints, exits 75, and a rerun completes
+    sig=TERM; [ "$np" -eq 4 ] && sig=USR1
+    name=term-$np
+    "$b/tools/mpitrain-run" -- mpirun --oversubscribe -np "$np" "$b/tools/trainer" $common \
+        --epochs 60 --name $name >"$out" 2>"$err" &
+    sup=$!
+    for _ in $(seq 1 600); do
+        [ -d "$store/runs/$name/checkpoint_000000" ] && break
+        sleep 0.05
+    done
+    kill -$sig $sup
+    wait $sup
+    rc=$?
+    status=$(sed -n 's/.*"status": *"\([a-z]*\)".*/\1/p' "$store/runs/$name/run.json")
+    "$run" "$np" "$b/tools/trainer" $common --epochs 60 --steps-per-epoch 1 --name $name >"$out" 2>>"$err"
+    rc2=$?
+    if [ $rc -eq 75 ] && [ "$status" = preempted ] && [ $rc2 -eq 0 ] && grep -q "resumed from" "$out"; then
+        ok "$np ranks: SIG$sig to mpitrain-run mid-run: checkpoint, exit 75 (preempted), the rerun resumes and completes"
+    else bad "$np ranks: preemption (exit $rc, status '$status', rerun $rc2)"; fi
+done
+
+# retries exhausted: the error, error.txt, a non-zero exit
+"$run" 2 "$b/tools/trainer" $common --name exhausted --max-failures 0 --fail-rank 1 --fail-epoch 1 \
+    >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "rank 1 failed" "$store/runs/exhausted/error.txt" \
+    && grep -q "trainer: failed: rank 1 failed" "$err"; then
+    ok "max_failures exhausted: error.txt names the rank, the program exits 1"
+else bad "max_failures exhausted (exit $rc)"; fi
+
+echo "$((checks - fails)) passed, $fails failed"
+[ "$fails" -eq 0 ]
