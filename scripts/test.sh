@@ -5,7 +5,7 @@
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-"$top/scripts/setup.sh" || exit 1
+"$top/scripts/setup.sh" --example --slurm || exit 1
 start=$(date +%s)
 status=0
 run_build() { # NAME DIR CONFIGURE-OPTIONS...

@@ -1,0 +1,119 @@
+#!/bin/sh
+# A real single-node Slurm from Debian's packages (munge, slurmctld, slurmd), configured in
+# a temporary folder through SLURM_CONF and stopped afterwards:
+#  - scripts/slurm/train.sbatch runs the trainer with srun --mpi=pmix, and with mpirun
+#    inside the allocation (sbatch --wait), and the runs finish;
+#  - a running job sent SIGUSR1 (what --signal=B:USR1@N delivers) checkpoints, requeues
+#    itself, resumes and completes, with every iteration once in result.json.
+set -u
+b=$(cd "${top_builddir:-.}" && pwd)
+src=$(cd "${top_srcdir:-.}" && pwd)
+for p in slurmctld slurmd sbatch munged; do
+    command -v $p >/dev/null 2>&1 || { echo "FAILED: $p not installed (scripts/setup.sh --slurm)"; echo "0 passed, 1 failed"; exit 1; }
+done
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-slurm-test.XXXXXX")
+chmod 755 "$tmp"
+out="$tmp/out"; err="$tmp/err"
+fails=0; checks=0
+ok() { checks=$((checks + 1)); echo "ok: $1"; }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"; for f in "$@"; do :; done; tail -n 20 "$out" "$err" 2>/dev/null; }
+host=$(hostname)
+started_munge=0
+cleanup() {
+    scontrol shutdown >/dev/null 2>&1
+    sleep 1
+    for f in "$tmp/slurmctld.pid" "$tmp/slurmd.pid"; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+    [ $started_munge -eq 1 ] && [ -f /run/munge/munged.pid ] && kill "$(cat /run/munge/munged.pid)" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# munge: its own user must own its folders; as root it refuses to start
+if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+    mkdir -p /run/munge /etc/munge /var/lib/munge /var/log/munge
+    [ -s /etc/munge/munge.key ] || { dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null; chmod 400 /etc/munge/munge.key; }
+    chown -R munge:munge /run/munge /etc/munge /var/lib/munge /var/log/munge
+    runuser -u munge -- munged --force && started_munge=1
+    sleep 1
+fi
+mem=$(awk '/MemTotal/ { printf "%d", $2 / 1024 * 0.8 }' /proc/meminfo)
+mkdir -p "$tmp/state" "$tmp/spool"
+cat >"$tmp/slurm.conf" <<CONF
+ClusterName=mpitrain-test
+SlurmctldHost=$host
+SlurmctldPort=6917
+SlurmdPort=6918
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool
+SlurmctldPidFile=$tmp/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd.pid
+SlurmctldLogFile=$tmp/slurmctld.log
+SlurmdLogFile=$tmp/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+JobRequeue=1
+SchedulerType=sched/backfill
+NodeName=$host CPUs=$(nproc) RealMemory=$mem State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+export SLURM_CONF="$tmp/slurm.conf"
+slurmctld && slurmd
+for _ in $(seq 1 100); do
+    sinfo -h -o %t 2>/dev/null | grep -q idle && break
+    sleep 0.2
+done
+if ! sinfo -h -o %t 2>/dev/null | grep -q idle; then
+    bad "Slurm did not start"; cat "$tmp/slurmctld.log" "$tmp/slurmd.log" 2>/dev/null | tail -n 20
+    echo "$((checks - fails)) passed, $fails failed"; exit 1
+fi
+echo "slurm is up on $host"
+
+"$b/tools/mpitrain-import" fashion-mnist --output "$tmp/fmnist.h5" >"$out" 2>"$err" || {
+    bad "Fashion-MNIST import"; echo "$((checks - fails)) passed, $fails failed"; exit 1; }
+opts="--data $tmp/fmnist.h5 --storage-path $tmp/runs --steps-per-epoch 20"
+limit=$((300 * ${MT_TEST_TIMEOUT_SCALE:-1}))
+
+for launch in srun mpirun; do
+    jid=$(MT_LAUNCH=$launch MT_TRAINER="$b/tools/trainer" timeout $limit sbatch --parsable --wait \
+        --ntasks=2 --output="$tmp/job-$launch.out" "$src/scripts/slurm/train.sbatch" $opts --epochs 2 2>"$err")
+    rc=$?
+    d="$tmp/runs/mpitrain-$jid"
+    cp "$tmp/job-$launch.out" "$out" 2>/dev/null
+    if [ $rc -eq 0 ] && grep -q '"status": "finished"' "$d/run.json" 2>/dev/null \
+        && [ "$(wc -l <"$d/result.json")" -eq 2 ] && grep -q "world_size\":2" "$d/result.json"; then
+        ok "sbatch --wait with $launch: job $jid finished at 2 ranks, result.json has 2 reports"
+    else bad "sbatch with $launch (exit $rc, job '$jid')"; fi
+done
+
+# preemption: SIGUSR1 to the batch script, a checkpoint, a requeue, a resume
+jid=$(MT_TRAINER="$b/tools/trainer" sbatch --parsable --ntasks=2 --output="$tmp/job-requeue.out" \
+    "$src/scripts/slurm/train.sbatch" $opts --epochs 40 2>"$err")
+d="$tmp/runs/mpitrain-$jid"
+for _ in $(seq 1 600); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.1; done
+scancel --signal=USR1 --batch "$jid"
+state=""
+for _ in $(seq 1 $((limit * 5))); do
+    state=$(scontrol show job "$jid" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    [ "$state" = COMPLETED ] || [ "$state" = FAILED ] || [ "$state" = CANCELLED ] && break
+    # Slurm holds a requeued job back for a while (its begin time); let it start now
+    [ "$state" = PENDING ] && scontrol update JobId="$jid" StartTime=now >/dev/null 2>&1
+    sleep 0.2
+done
+cp "$tmp/job-requeue.out" "$out" 2>/dev/null
+its=$(sed -n 's/.*"training_iteration": *\([0-9]*\).*/\1/p' "$d/result.json" 2>/dev/null | tr '\n' ' ')
+want=$(seq 1 40 | tr '\n' ' ')
+attempts=$(sed -n 's/.*"attempts": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
+if [ "$state" = COMPLETED ] && grep -q "requeueing" "$out" && [ "$its" = "$want" ] \
+    && [ "${attempts:-0}" -ge 2 ] && grep -q '"status": "finished"' "$d/run.json"; then
+    ok "SIGUSR1 to job $jid: checkpointed, requeued, resumed (attempts $attempts), 40 iterations once each"
+else bad "requeue on SIGUSR1 (state '$state', attempts '$attempts', iterations '$its')"; fi
+
+echo "$((checks - fails)) passed, $fails failed"
+[ "$fails" -eq 0 ]
