@@ -23,6 +23,7 @@ static const suite suites[] = {
     {"shard", bench_shard, "dataset shard read through parallel HDF5 vs raw pread, warm cache"},
     {"report", bench_report, "mt_report with 8 numeric metrics vs raw MPI_Gather of the same bytes"},
     {"checkpoint", bench_checkpoint, "sharded checkpoint commit vs one process write+fsync"},
+    {"train", bench_train, "MLP training steps (global batch 128): per-rank samples/s vs one rank"},
 };
 #define NSUITES (int)(sizeof suites / sizeof *suites)
 

@@ -36,5 +36,6 @@ int bench_overlap(bench *b);
 int bench_shard(bench *b);
 int bench_report(bench *b);
 int bench_checkpoint(bench *b);
+int bench_train(bench *b);
 
 #endif

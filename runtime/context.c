@@ -22,6 +22,7 @@ static MPI_Comm job_world = MPI_COMM_NULL; /* merged; NULL = MPI_COMM_WORLD */
 static MPI_Comm family = MPI_COMM_NULL;    /* the parent/children intercommunicator */
 static char **saved_argv;
 static int saved_argc;
+static bool launched; /* started by a launcher (mpirun, srun), not as a singleton */
 
 MPI_Comm mt__world(void)
 {
@@ -49,6 +50,9 @@ int mt_job_size(void)
 int mt_init(int *argc, char ***argv)
 {
     int rc = MT_OK, init = 0, provided = 0;
+    /* what a launcher leaves in the environment (read before MPI_Init adds its own) */
+    launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
+               getenv("PMI_RANK") || getenv("SLURM_STEP_ID");
     MT__MPI(MPI_Initialized(&init), out);
     if (!init) {
         MT__MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), out);
@@ -74,8 +78,8 @@ int mt__spawn(int workers)
 {
     int rc = MT_OK, size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (workers <= 1 || size != 1 || job_world != MPI_COMM_NULL)
-        return MT_OK;
+    if (workers <= 1 || size != 1 || job_world != MPI_COMM_NULL || launched)
+        return MT_OK; /* under a launcher, a wrong count is fit's error to report */
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0)

@@ -124,6 +124,9 @@ int main(int argc, char **argv)
     }
     probe p = {argv[1], atoll(argv[3])};
     mt_trainer_config cfg = {.run = {.name = argv[2], .verbose = MT_VERBOSE_SILENT}};
+    int argc2 = 1;
+    char **argv2 = argv;
+    mt_config_from_args(&cfg, &argc2, &argv2); /* MT_STORAGE_PATH */
     mt_trainer *t = NULL;
     mt_result *r = NULL;
     int rc = mt_trainer_create(&t, train, &p, &cfg);

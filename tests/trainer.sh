@@ -70,7 +70,7 @@ else bad "mpitrain-show on a non-run folder"; fi
     --storage-path "$store/runs" >"$out" 2>"$err"
 rc=$?
 if [ $rc -eq 0 ] && "$b/tests/jsonl_check" "$store/bench.jsonl" allreduce fusion overlap shard \
-    report checkpoint >>"$out" 2>>"$err"; then
+    report checkpoint train >>"$out" 2>>"$err"; then
     ok "mpitrain-bench --quick runs every suite and writes valid JSON lines"
 else bad "mpitrain-bench --quick (exit $rc)"; fi
 

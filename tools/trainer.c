@@ -18,6 +18,7 @@
 #include <mpitrain.h>
 
 #include "../io/io.h"
+#include "mlp.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -28,9 +29,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define NL 3
-static const int sizes[NL + 1] = {784, 256, 128, 10};
-
 typedef struct {
     const char *data;
     double lr, momentum, weight_decay;
@@ -39,162 +37,10 @@ typedef struct {
     int fail_rank, fail_epoch; /* fault injection for tests: return an error there */
 } options;
 
-typedef struct {
-    float *w[NL], *b[NL];       /* weights (out x in), biases */
-    float *gw[NL], *gb[NL];     /* gradients */
-    float *vw[NL], *vb[NL];     /* momentum buffers */
-    float *act[NL + 1], *delta[NL + 1];
-    size_t cap;                 /* rows the activation buffers hold */
-} model;
-
-static size_t wsize(int l) { return (size_t)sizes[l + 1] * (size_t)sizes[l]; }
-
-/* ------------------------------------------------------------ model */
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static float rng_normal(uint64_t *s)
-{
-    double u1 = ((double)(rng_next(s) >> 11) + 1.0) / 9007199254740993.0;
-    double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
-    return (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
-}
-
-static int model_init(model *m, uint64_t seed)
-{
-    memset(m, 0, sizeof *m);
-    uint64_t s = seed * 7919 + 1;
-    for (int l = 0; l < NL; l++) {
-        size_t n = wsize(l), o = (size_t)sizes[l + 1];
-        m->w[l] = malloc(n * sizeof(float));
-        m->gw[l] = calloc(n, sizeof(float));
-        m->vw[l] = calloc(n, sizeof(float));
-        m->b[l] = calloc(o, sizeof(float));
-        m->gb[l] = calloc(o, sizeof(float));
-        m->vb[l] = calloc(o, sizeof(float));
-        if (!m->w[l] || !m->gw[l] || !m->vw[l] || !m->b[l] || !m->gb[l] || !m->vb[l])
-            return MT_ENOMEM;
-        float scale = sqrtf(2.0f / (float)sizes[l]); /* He initialisation */
-        for (size_t i = 0; i < n; i++)
-            m->w[l][i] = rng_normal(&s) * scale;
-    }
-    return MT_OK;
-}
-
-static int model_reserve(model *m, size_t rows)
-{
-    if (rows <= m->cap)
-        return MT_OK;
-    for (int l = 0; l <= NL; l++) {
-        free(m->act[l]);
-        free(m->delta[l]);
-        m->act[l] = malloc(rows * (size_t)sizes[l] * sizeof(float));
-        m->delta[l] = malloc(rows * (size_t)sizes[l] * sizeof(float));
-        if (!m->act[l] || !m->delta[l])
-            return MT_ENOMEM;
-    }
-    m->cap = rows;
-    return MT_OK;
-}
-
-static void model_free(model *m)
-{
-    for (int l = 0; l < NL; l++) {
-        free(m->w[l]), free(m->gw[l]), free(m->vw[l]);
-        free(m->b[l]), free(m->gb[l]), free(m->vb[l]);
-    }
-    for (int l = 0; l <= NL; l++)
-        free(m->act[l]), free(m->delta[l]);
-}
-
-/* act[0] is filled; computes act[1..NL] (the last as softmax probabilities). */
-static void forward(model *m, int n)
-{
-    for (int l = 0; l < NL; l++) {
-        int in = sizes[l], out = sizes[l + 1];
-        float *y = m->act[l + 1];
-        for (int r = 0; r < n; r++)
-            memcpy(y + (size_t)r * out, m->b[l], (size_t)out * sizeof(float));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, m->act[l], in,
-                    m->w[l], in, 1.0f, y, out);
-        if (l < NL - 1) {
-            for (size_t i = 0; i < (size_t)n * out; i++)
-                y[i] = y[i] > 0 ? y[i] : 0;
-        } else {
-            for (int r = 0; r < n; r++) {
-                float *p = y + (size_t)r * out, mx = p[0], sum = 0;
-                for (int k = 1; k < out; k++)
-                    mx = p[k] > mx ? p[k] : mx;
-                for (int k = 0; k < out; k++)
-                    sum += (p[k] = expf(p[k] - mx));
-                for (int k = 0; k < out; k++)
-                    p[k] /= sum;
-            }
-        }
-    }
-}
-
-/* Mean cross-entropy of the batch; gradients into gw/gb, each layer announced to the
- * fusion as soon as it is done (the last layer first). */
-static double backward(model *m, int n, const uint8_t *labels, mt_fusion *f, const int *idx)
-{
-    int out = sizes[NL];
-    double loss = 0;
-    float *d = m->delta[NL];
-    for (int r = 0; r < n; r++) {
-        const float *p = m->act[NL] + (size_t)r * out;
-        loss -= log(fmax(p[labels[r]], 1e-12));
-        for (int k = 0; k < out; k++)
-            d[(size_t)r * out + k] = (p[k] - (k == labels[r])) / (float)n;
-    }
-    for (int l = NL - 1; l >= 0; l--) {
-        int in = sizes[l], o = sizes[l + 1];
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, in, n, 1.0f, m->delta[l + 1], o,
-                    m->act[l], in, 0.0f, m->gw[l], in);
-        for (int k = 0; k < o; k++) {
-            float s = 0;
-            for (int r = 0; r < n; r++)
-                s += m->delta[l + 1][(size_t)r * o + k];
-            m->gb[l][k] = s;
-        }
-        mt_fusion_ready(f, idx[2 * l]);
-        mt_fusion_ready(f, idx[2 * l + 1]);
-        if (l > 0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, o, 1.0f,
-                        m->delta[l + 1], o, m->w[l], in, 0.0f, m->delta[l], in);
-            for (size_t i = 0; i < (size_t)n * in; i++)
-                if (m->act[l][i] <= 0)
-                    m->delta[l][i] = 0;
-        }
-    }
-    return loss / n;
-}
-
 /* Cosine decay of the learning rate over the epochs. */
 static double lr_at(const options *o, int epoch)
 {
     return o->lr * 0.5 * (1 + cos(M_PI * epoch / o->epochs));
-}
-
-static void sgd(model *m, const options *o, double lr_now)
-{
-    float lr = (float)lr_now, mu = (float)o->momentum, wd = (float)o->weight_decay;
-    for (int l = 0; l < NL; l++) {
-        for (size_t i = 0; i < wsize(l); i++) {
-            m->vw[l][i] = mu * m->vw[l][i] + m->gw[l][i] + wd * m->w[l][i];
-            m->w[l][i] -= lr * m->vw[l][i];
-        }
-        for (int k = 0; k < sizes[l + 1]; k++) {
-            m->vb[l][k] = mu * m->vb[l][k] + m->gb[l][k];
-            m->b[l][k] -= lr * m->vb[l][k];
-        }
-    }
 }
 
 /* ------------------------------------------------------------ checkpoints */
@@ -212,7 +58,7 @@ static mt_checkpoint *save(model *m, int64_t *epoch)
 {
     mt_checkpoint *ck = mt_checkpoint_new();
     for (int l = 0; ck && l < NL; l++) {
-        size_t wd[2] = {(size_t)sizes[l + 1], (size_t)sizes[l]}, bd[1] = {(size_t)sizes[l + 1]};
+        size_t wd[2] = {(size_t)mlp_sizes[l + 1], (size_t)mlp_sizes[l]}, bd[1] = {(size_t)mlp_sizes[l + 1]};
         mt_checkpoint_put(ck, pname("w", l), MT_F32, 2, wd, m->w[l], MT_REPLICATED);
         mt_checkpoint_put(ck, pname("b", l), MT_F32, 1, bd, m->b[l], MT_REPLICATED);
         mt_checkpoint_put(ck, pname("vw", l), MT_F32, 2, wd, m->vw[l], MT_REPLICATED);
@@ -229,12 +75,12 @@ static int restore(const mt_checkpoint *ck, model *m, int64_t *epoch)
 {
     int rc = MT_OK;
     for (int l = 0; l < NL && !rc; l++) {
-        size_t o = (size_t)sizes[l + 1];
-        rc = mt_checkpoint_get(ck, pname("w", l), MT_F32, m->w[l], wsize(l));
+        size_t o = (size_t)mlp_sizes[l + 1];
+        rc = mt_checkpoint_get(ck, pname("w", l), MT_F32, m->w[l], mlp_wsize(l));
         if (!rc)
             rc = mt_checkpoint_get(ck, pname("b", l), MT_F32, m->b[l], o);
         if (!rc)
-            rc = mt_checkpoint_get(ck, pname("vw", l), MT_F32, m->vw[l], wsize(l));
+            rc = mt_checkpoint_get(ck, pname("vw", l), MT_F32, m->vw[l], mlp_wsize(l));
         if (!rc)
             rc = mt_checkpoint_get(ck, pname("vb", l), MT_F32, m->vb[l], o);
     }
@@ -250,7 +96,7 @@ static int load_batch(model *m, const mt_batch *b, const uint8_t **labels)
     int n = (int)mt_batch_rows(b);
     const uint8_t *x = mt_batch_column(b, "x", MT_U8);
     *labels = mt_batch_column(b, "y", MT_U8);
-    if (!x || !*labels || model_reserve(m, (size_t)n))
+    if (!x || !*labels || mlp_reserve(m, (size_t)n))
         return -1;
     for (size_t i = 0; i < (size_t)n * 784; i++)
         m->act[0][i] = (float)x[i] * (1.0f / 255.0f);
@@ -269,7 +115,7 @@ static int evaluate(mt_context *c, model *m, mt_shard *test, double *acc)
         int n = load_batch(m, b, &y);
         if (n < 0)
             return MT_EINVAL;
-        forward(m, n);
+        mlp_forward(m, n);
         for (int r = 0; r < n; r++) {
             const float *p = m->act[NL] + (size_t)r * 10;
             int best = 0;
@@ -306,7 +152,7 @@ static int train(mt_context *c, void *arg)
     if (rc)
         return rc;
     model m;
-    rc = model_init(&m, o->seed);
+    rc = mlp_init(&m, o->seed);
     int64_t epoch = -1;
     const mt_checkpoint *ck = mt_get_checkpoint(c);
     if (!rc && ck) {
@@ -320,8 +166,8 @@ static int train(mt_context *c, void *arg)
     if (!rc)
         rc = mt_fusion_create(c, 0, &f);
     for (int l = NL - 1; l >= 0 && !rc; l--) { /* in the order gradients are ready */
-        idx[2 * l] = mt_fusion_add(f, m.gw[l], wsize(l));
-        idx[2 * l + 1] = mt_fusion_add(f, m.gb[l], (size_t)sizes[l + 1]);
+        idx[2 * l] = mt_fusion_add(f, m.gw[l], mlp_wsize(l));
+        idx[2 * l + 1] = mt_fusion_add(f, m.gb[l], (size_t)mlp_sizes[l + 1]);
         if (idx[2 * l] < 0 || idx[2 * l + 1] < 0)
             rc = MT_EINVAL;
     }
@@ -348,14 +194,14 @@ static int train(mt_context *c, void *arg)
                 break;
             }
             t = MPI_Wtime();
-            forward(&m, n);
-            loss_sum += backward(&m, n, y, f, idx);
+            mlp_forward(&m, n);
+            loss_sum += mlp_backward(&m, n, y, f, idx);
             double tc = MPI_Wtime();
             t_comp += tc - t;
             rc = mt_fusion_wait(f);
             t_comm += MPI_Wtime() - tc;
             t = MPI_Wtime();
-            sgd(&m, o, lr_at(o, e));
+            mlp_sgd(&m, lr_at(o, e), o->momentum, o->weight_decay);
             t_comp += MPI_Wtime() - t;
             samples += n;
             steps++;
@@ -390,7 +236,7 @@ static int train(mt_context *c, void *arg)
         j->epochs_run++;
     }
     mt_fusion_destroy(&f);
-    model_free(&m);
+    mlp_free(&m);
     return rc;
 }
 

@@ -1,0 +1,80 @@
+/*
+ * bench_train.c -- the train suite: training steps of the example MLP (forward, backward
+ * with each layer's gradients handed to mt_fusion, averaging, SGD) on synthetic batches,
+ * with the global batch fixed at 128. Per-rank samples/s at N ranks against one rank
+ * training alone (the other ranks wait at a barrier meanwhile), measured in the same run.
+ */
+#include "bench.h"
+
+#include "../tools/mlp.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+
+static void fill(model *m, uint8_t *labels, int n, unsigned seed)
+{
+    for (size_t i = 0; i < (size_t)n * 784; i++)
+        m->act[0][i] = (float)((i * 2654435761u + seed) % 256) / 255.0f;
+    for (int r = 0; r < n; r++)
+        labels[r] = (uint8_t)((r * 7 + seed) % 10);
+}
+
+static double steps(model *m, uint8_t *labels, int n, int count, mt_fusion *f, const int *idx,
+                    int *rc)
+{
+    double t0 = bench_now();
+    for (int s = 0; s < count && !*rc; s++) {
+        fill(m, labels, n, (unsigned)s);
+        mlp_forward(m, n);
+        mlp_backward(m, n, labels, f, idx);
+        if (f)
+            *rc = mt_fusion_wait(f);
+        mlp_sgd(m, 0.01, 0.9, 5e-4);
+    }
+    return bench_now() - t0;
+}
+
+int bench_train(bench *b)
+{
+    openblas_set_num_threads(1);
+    int count = b->quick ? 100 : 400, rc = MT_OK, n = 128 / b->size > 0 ? 128 / b->size : 1;
+    model m;
+    uint8_t labels[128];
+    rc = mlp_init(&m, 1);
+    if (!rc)
+        rc = mlp_reserve(&m, 128);
+    double alone = 0;
+    if (!rc && b->rank == 0) {
+        steps(&m, labels, 128, count / 10, NULL, NULL, &rc); /* warm-up */
+        alone = 128.0 * count / steps(&m, labels, 128, count, NULL, NULL, &rc);
+    }
+    MPI_Barrier(b->raw);
+    mt_fusion *f = NULL;
+    int idx[2 * NL];
+    if (!rc)
+        rc = mt_fusion_create(b->ctx, 0, &f);
+    for (int l = NL - 1; l >= 0 && !rc; l--) {
+        idx[2 * l] = mt_fusion_add(f, m.gw[l], mlp_wsize(l));
+        idx[2 * l + 1] = mt_fusion_add(f, m.gb[l], (size_t)mlp_sizes[l + 1]);
+    }
+    if (!rc) {
+        steps(&m, labels, n, count / 10, f, idx, &rc);
+        MPI_Barrier(b->raw);
+        double t = steps(&m, labels, n, count, f, idx, &rc), per_rank = n * count / t, mn, avg;
+        bench_over_ranks(b, per_rank, &mn, &avg, NULL);
+        MPI_Bcast(&alone, 1, MPI_DOUBLE, 0, b->raw);
+        bench_say(b, "%6s %14s %18s %22s %7s\n", "ranks", "batch/rank", "alone_samples_s",
+                  "per_rank_samples_s", "ratio");
+        bench_say(b, "%6d %14d %18.0f %22.0f %7.2f\n", b->size, n, alone, avg, avg / alone);
+        if (b->size == 2)
+            bench_say(b, "budget: per-rank samples/s at 2 ranks >= 0.85x of 1 rank: %.2fx (%s)\n",
+                      avg / alone, avg / alone >= 0.85 ? "met" : "NOT met");
+        bench_json(b, "train", "\"global_batch\": 128, \"batch_per_rank\": %d, "
+                   "\"alone_samples_per_s\": %.1f, \"per_rank_samples_per_s\": %.1f, "
+                   "\"min_rank_samples_per_s\": %.1f, \"ratio\": %.4f", n, alone, avg, mn,
+                   avg / alone);
+    }
+    mt_fusion_destroy(&f);
+    mlp_free(&m);
+    return rc;
+}

@@ -1,0 +1,161 @@
+/*
+ * mlp.c -- the example model: a multilayer perceptron (784-256-128-10, ReLU, softmax
+ * cross-entropy) with SGD, momentum and weight decay, on CBLAS. Shared by the trainer and
+ * the benchmark's train suite. The backward pass hands each layer's gradients to an
+ * mt_fusion as soon as they are computed, last layer first.
+ */
+#include "mlp.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const int mlp_sizes[NL + 1] = {784, 256, 128, 10};
+
+size_t mlp_wsize(int l) { return (size_t)mlp_sizes[l + 1] * (size_t)mlp_sizes[l]; }
+
+/* ------------------------------------------------------------ model */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static float rng_normal(uint64_t *s)
+{
+    double u1 = ((double)(rng_next(s) >> 11) + 1.0) / 9007199254740993.0;
+    double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
+}
+
+int mlp_init(model *m, uint64_t seed)
+{
+    memset(m, 0, sizeof *m);
+    uint64_t s = seed * 7919 + 1;
+    for (int l = 0; l < NL; l++) {
+        size_t n = mlp_wsize(l), o = (size_t)mlp_sizes[l + 1];
+        m->w[l] = malloc(n * sizeof(float));
+        m->gw[l] = calloc(n, sizeof(float));
+        m->vw[l] = calloc(n, sizeof(float));
+        m->b[l] = calloc(o, sizeof(float));
+        m->gb[l] = calloc(o, sizeof(float));
+        m->vb[l] = calloc(o, sizeof(float));
+        if (!m->w[l] || !m->gw[l] || !m->vw[l] || !m->b[l] || !m->gb[l] || !m->vb[l])
+            return MT_ENOMEM;
+        float scale = sqrtf(2.0f / (float)mlp_sizes[l]); /* He initialisation */
+        for (size_t i = 0; i < n; i++)
+            m->w[l][i] = rng_normal(&s) * scale;
+    }
+    return MT_OK;
+}
+
+int mlp_reserve(model *m, size_t rows)
+{
+    if (rows <= m->cap)
+        return MT_OK;
+    for (int l = 0; l <= NL; l++) {
+        free(m->act[l]);
+        free(m->delta[l]);
+        m->act[l] = malloc(rows * (size_t)mlp_sizes[l] * sizeof(float));
+        m->delta[l] = malloc(rows * (size_t)mlp_sizes[l] * sizeof(float));
+        if (!m->act[l] || !m->delta[l])
+            return MT_ENOMEM;
+    }
+    m->cap = rows;
+    return MT_OK;
+}
+
+void mlp_free(model *m)
+{
+    for (int l = 0; l < NL; l++) {
+        free(m->w[l]), free(m->gw[l]), free(m->vw[l]);
+        free(m->b[l]), free(m->gb[l]), free(m->vb[l]);
+    }
+    for (int l = 0; l <= NL; l++)
+        free(m->act[l]), free(m->delta[l]);
+}
+
+/* act[0] is filled; computes act[1..NL] (the last as softmax probabilities). */
+void mlp_forward(model *m, int n)
+{
+    for (int l = 0; l < NL; l++) {
+        int in = mlp_sizes[l], out = mlp_sizes[l + 1];
+        float *y = m->act[l + 1];
+        for (int r = 0; r < n; r++)
+            memcpy(y + (size_t)r * out, m->b[l], (size_t)out * sizeof(float));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, m->act[l], in,
+                    m->w[l], in, 1.0f, y, out);
+        if (l < NL - 1) {
+            for (size_t i = 0; i < (size_t)n * out; i++)
+                y[i] = y[i] > 0 ? y[i] : 0;
+        } else {
+            for (int r = 0; r < n; r++) {
+                float *p = y + (size_t)r * out, mx = p[0], sum = 0;
+                for (int k = 1; k < out; k++)
+                    mx = p[k] > mx ? p[k] : mx;
+                for (int k = 0; k < out; k++)
+                    sum += (p[k] = expf(p[k] - mx));
+                for (int k = 0; k < out; k++)
+                    p[k] /= sum;
+            }
+        }
+    }
+}
+
+/* Mean cross-entropy of the batch; gradients into gw/gb, each layer announced to the
+ * fusion as soon as it is done (the last layer first). */
+double mlp_backward(model *m, int n, const uint8_t *labels, mt_fusion *f, const int *idx)
+{
+    int out = mlp_sizes[NL];
+    double loss = 0;
+    float *d = m->delta[NL];
+    for (int r = 0; r < n; r++) {
+        const float *p = m->act[NL] + (size_t)r * out;
+        loss -= log(fmax(p[labels[r]], 1e-12));
+        for (int k = 0; k < out; k++)
+            d[(size_t)r * out + k] = (p[k] - (k == labels[r])) / (float)n;
+    }
+    for (int l = NL - 1; l >= 0; l--) {
+        int in = mlp_sizes[l], o = mlp_sizes[l + 1];
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, in, n, 1.0f, m->delta[l + 1], o,
+                    m->act[l], in, 0.0f, m->gw[l], in);
+        for (int k = 0; k < o; k++) {
+            float s = 0;
+            for (int r = 0; r < n; r++)
+                s += m->delta[l + 1][(size_t)r * o + k];
+            m->gb[l][k] = s;
+        }
+        if (f) { /* NULL: no averaging (a lone rank's step) */
+            mt_fusion_ready(f, idx[2 * l]);
+            mt_fusion_ready(f, idx[2 * l + 1]);
+        }
+        if (l > 0) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, o, 1.0f,
+                        m->delta[l + 1], o, m->w[l], in, 0.0f, m->delta[l], in);
+            for (size_t i = 0; i < (size_t)n * in; i++)
+                if (m->act[l][i] <= 0)
+                    m->delta[l][i] = 0;
+        }
+    }
+    return loss / n;
+}
+
+void mlp_sgd(model *m, double lr_now, double momentum, double weight_decay)
+{
+    float lr = (float)lr_now, mu = (float)momentum, wd = (float)weight_decay;
+    for (int l = 0; l < NL; l++) {
+        for (size_t i = 0; i < mlp_wsize(l); i++) {
+            m->vw[l][i] = mu * m->vw[l][i] + m->gw[l][i] + wd * m->w[l][i];
+            m->w[l][i] -= lr * m->vw[l][i];
+        }
+        for (int k = 0; k < mlp_sizes[l + 1]; k++) {
+            m->vb[l][k] = mu * m->vb[l][k] + m->gb[l][k];
+            m->b[l][k] -= lr * m->vb[l][k];
+        }
+    }
+}
+

@@ -1,0 +1,32 @@
+/*
+ * mlp.h -- the example model (see mlp.c).
+ */
+#ifndef MT_TOOLS_MLP_H
+#define MT_TOOLS_MLP_H
+
+#include <mpitrain.h>
+
+#define NL 3
+extern const int mlp_sizes[NL + 1];
+
+typedef struct {
+    float *w[NL], *b[NL];       /* weights (out x in), biases */
+    float *gw[NL], *gb[NL];     /* gradients */
+    float *vw[NL], *vb[NL];     /* momentum buffers */
+    float *act[NL + 1], *delta[NL + 1];
+    size_t cap;                 /* rows the activation buffers hold */
+} model;
+
+size_t mlp_wsize(int l);
+int mlp_init(model *m, uint64_t seed);
+/* Activation buffers for batches of up to rows rows. */
+int mlp_reserve(model *m, size_t rows);
+void mlp_free(model *m);
+/* act[0] holds the batch; computes act[1..NL] (the last as softmax probabilities). */
+void mlp_forward(model *m, int n);
+/* Mean cross-entropy; gradients into gw/gb, each announced to f (tensor ids in idx:
+ * idx[2l] the weights, idx[2l+1] the biases of layer l); f may be NULL. */
+double mlp_backward(model *m, int n, const uint8_t *labels, mt_fusion *f, const int *idx);
+void mlp_sgd(model *m, double lr, double momentum, double weight_decay);
+
+#endif
