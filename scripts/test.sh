@@ -25,7 +25,9 @@ run_build() { # NAME DIR CONFIGURE-OPTIONS...
 run_build plain "$top/build-plain" --enable-werror
 run_build sanitizers "$top/build-asan" --enable-werror --enable-sanitizers=address,undefined
 echo "=== make distcheck"
-if make -C "$top/build-plain" distcheck >"$top/build-plain/distcheck.out" 2>&1; then
+# the end-to-end scripts already ran in both builds; distcheck checks the tarball builds,
+# installs and passes the CUnit suites
+if MT_QUICK_CHECK=1 make -C "$top/build-plain" distcheck >"$top/build-plain/distcheck.out" 2>&1; then
     echo "make distcheck: 1 passed, 0 failed"
     echo "1 passed, 0 failed" >"$top/build-plain/tests/distcheck.log"
 else

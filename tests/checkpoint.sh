@@ -2,15 +2,14 @@
 # Checkpoints across world sizes, with a bounded rank 0, and across a crash of rank 0
 # in the middle of a commit.
 set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+skip_in_quick_check
 probe="${top_builddir:-.}/tests/ckpt_probe"
 run="${top_srcdir:-.}/tests/mpirun.sh"
 store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-ckpt-test.XXXXXX")
 out="$store/out"; err="$store/err"
 trap 'rm -rf "$store"' EXIT
 export MT_STORAGE_PATH="$store"
-fails=0; checks=0
-ok() { checks=$((checks + 1)); echo "ok: $1"; }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"; cat "$out" "$err"; }
 
 # sharded restore at another world size: saved at 2, restored at 3; saved at 4, restored at 2
 for pair in "2 3" "4 2"; do
@@ -59,5 +58,4 @@ if [ $rc -eq 0 ] && grep -q "checkpoint_000000: ok" "$out" && [ "$(grep -c ': ok
     ok "rerun resumes from checkpoint_000000; the half-written one is removed"
 else bad "resume after the crash (exit $rc)"; fi
 
-echo "$((checks - fails)) passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -3,13 +3,11 @@
 # --bind-to none), the cpus_per_worker check, and uneven node layouts faked with
 # MT_NODE_KEY (3+1, 2+2 interleaved, 1+1+2). Each line of mpitrain-info is checked.
 set -u
+. "${top_srcdir:-.}/tests/lib.sh"
 info="${top_builddir:-.}/tools/mpitrain-info"
 run="${top_srcdir:-.}/tests/mpirun.sh"
 out=$(mktemp); err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
-fails=0; checks=0
-ok() { checks=$((checks + 1)); echo "ok: $1"; }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"; cat "$out" "$err"; }
 ncpu=$(nproc)
 export MT_STORAGE_PATH="${TMPDIR:-/tmp}/mpitrain-context-test"
 
@@ -70,5 +68,4 @@ if grep -q "usage: mpirun -np N mpitrain-info" "$out" && grep -q -- "--num-worke
 if [ $? -ne 0 ] && grep -q "option --num-workers: 'abc' is not an integer" "$err"; then
     ok "bad option value"; else bad "bad option value"; fi
 
-echo "$((checks - fails)) passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -7,18 +7,17 @@
 #  - SIGTERM mid-run: a checkpoint, the preempted status (75), and a rerun completes;
 #  - max_failures exhausted: the error in error.txt and a non-zero exit.
 set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+skip_in_quick_check
 b="${top_builddir:-.}"
 run="${top_srcdir:-.}/tests/mpirun.sh"
 store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-fault-test.XXXXXX")
 out="$store/out"; err="$store/err"
 trap 'rm -rf "$store"' EXIT
-fails=0; checks=0
-ok() { checks=$((checks + 1)); echo "ok: $1"; }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"; tail -n 30 "$out" "$err"; }
 data="$store/fmnist.h5"
 "$b/tools/mpitrain-import" fashion-mnist --output "$data" >"$out" 2>"$err" || {
     bad "Fashion-MNIST import (install dataset-fashion-mnist: scripts/setup.sh --example)"
-    echo "$((checks - fails)) passed, $fails failed"; exit 1; }
+    finish; }
 common="--data $data --storage-path $store/runs --steps-per-epoch 30 --epochs 4"
 # the metrics of the last report that do not depend on timing
 last_line() { tail -n 1 "$store/runs/$1/result.json" | tr ',' '\n' | grep -E '"(epoch|train_loss|test_acc|lr|training_iteration)":' | tr '\n' ' '; }
@@ -85,5 +84,4 @@ if [ $rc -eq 1 ] && grep -q "rank 1 failed" "$store/runs/exhausted/error.txt" \
     ok "max_failures exhausted: error.txt names the rank, the program exits 1"
 else bad "max_failures exhausted (exit $rc)"; fi
 
-echo "$((checks - fails)) passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -6,6 +6,8 @@
 #  - a running job sent SIGUSR1 (what --signal=B:USR1@N delivers) checkpoints, requeues
 #    itself, resumes and completes, with every iteration once in result.json.
 set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+skip_in_quick_check
 b=$(cd "${top_builddir:-.}" && pwd)
 src=$(cd "${top_srcdir:-.}" && pwd)
 for p in slurmctld slurmd sbatch munged; do
@@ -14,9 +16,6 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-slurm-test.XXXXXX")
 chmod 755 "$tmp"
 out="$tmp/out"; err="$tmp/err"
-fails=0; checks=0
-ok() { checks=$((checks + 1)); echo "ok: $1"; }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"; for f in "$@"; do :; done; tail -n 20 "$out" "$err" 2>/dev/null; }
 host=$(hostname)
 started_munge=0
 cleanup() {
@@ -71,12 +70,12 @@ for _ in $(seq 1 100); do
 done
 if ! sinfo -h -o %t 2>/dev/null | grep -q idle; then
     bad "Slurm did not start"; cat "$tmp/slurmctld.log" "$tmp/slurmd.log" 2>/dev/null | tail -n 20
-    echo "$((checks - fails)) passed, $fails failed"; exit 1
+    finish
 fi
 echo "slurm is up on $host"
 
 "$b/tools/mpitrain-import" fashion-mnist --output "$tmp/fmnist.h5" >"$out" 2>"$err" || {
-    bad "Fashion-MNIST import"; echo "$((checks - fails)) passed, $fails failed"; exit 1; }
+    bad "Fashion-MNIST import"; finish; }
 opts="--data $tmp/fmnist.h5 --storage-path $tmp/runs --steps-per-epoch 20"
 limit=$((300 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 
@@ -115,5 +114,4 @@ if [ "$state" = COMPLETED ] && grep -q "requeueing" "$out" && [ "$its" = "$want"
     ok "SIGUSR1 to job $jid: checkpointed, requeued, resumed (attempts $attempts), 40 iterations once each"
 else bad "requeue on SIGUSR1 (state '$state', attempts '$attempts', iterations '$its')"; fi
 
-echo "$((checks - fails)) passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -2,13 +2,11 @@
 # Stalls: a rank that sleeps past --stall-warn is named by rank 0 and the job goes on; one
 # that sleeps past --stall-timeout aborts the job with the stall status (76).
 set -u
+. "${top_srcdir:-.}/tests/lib.sh"
 probe="${top_builddir:-.}/tests/stall_probe"
 run="${top_srcdir:-.}/tests/mpirun.sh"
 out=$(mktemp); err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
-fails=0; checks=0
-ok() { checks=$((checks + 1)); echo "ok: $1"; }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"; cat "$out" "$err"; }
 export MT_STORAGE_PATH="${TMPDIR:-/tmp}/mpitrain-stall-test"
 
 for np in 2 4; do
@@ -28,5 +26,4 @@ for np in 2 4; do
         ok "timeout aborts with status 76 at $np ranks"
     else bad "timeout at $np ranks (exit $rc, want 76)"; fi
 done
-echo "$((checks - fails)) passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

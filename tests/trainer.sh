@@ -4,18 +4,17 @@
 # mode gives the same numbers as mpirun; mpitrain-show (and --plot) reads the run;
 # mpitrain-bench --quick runs every suite and writes valid JSON lines.
 set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+skip_in_quick_check
 b="${top_builddir:-.}"
 run="${top_srcdir:-.}/tests/mpirun.sh"
 store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-trainer-test.XXXXXX")
 out="$store/out"; err="$store/err"
 trap 'rm -rf "$store"' EXIT
-fails=0; checks=0
-ok() { checks=$((checks + 1)); echo "ok: $1"; }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"; tail -n 30 "$out" "$err"; }
 data="$store/fmnist.h5"
 if ! "$b/tools/mpitrain-import" fashion-mnist --output "$data" >"$out" 2>"$err"; then
     bad "Fashion-MNIST import (install dataset-fashion-mnist: scripts/setup.sh --example)"
-    echo "$((checks - fails)) passed, $fails failed"; exit 1
+    finish
 fi
 common="--data $data --storage-path $store/runs --steps-per-epoch 40 --checkpoint-frequency 1"
 last_field() { # last_field RUN KEY: KEY's value in the last line of result.json
@@ -79,5 +78,4 @@ for prog in trainer mpitrain-run mpitrain-show mpitrain-info mpitrain-import; do
 done
 "$b/benchmarks/mpitrain-bench" --help >"$out" 2>"$err" && grep -q "usage" "$out" && ok "--help on every program" || bad "mpitrain-bench --help"
 
-echo "$((checks - fails)) passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish
