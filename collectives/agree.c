@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { W_KIND, W_NKIND, W_SIG, W_NSIG, W_FAIL, W_VALUE, W_COUNT };
+enum { W_KIND, W_NKIND, W_SIG, W_NSIG, W_FAIL, W_VALUE, W_VALUE2, W_COUNT };
 
 const char *mt__call_name(int kind)
 {
@@ -176,7 +176,7 @@ static int64_t fail_key(const mt__comm *c, int status)
 
 /* The allreduce; *same is true when every rank was in the same call. */
 static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who, bool *same,
-                 int64_t *value)
+                 int64_t *value, int nvalues)
 {
     uint64_t seq = c->seq++;
     int64_t s = (int64_t)(call->sig >> 1);
@@ -184,7 +184,8 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
         [W_KIND] = call->kind, [W_NKIND] = -call->kind,
         [W_SIG] = s, [W_NSIG] = -s,
         [W_FAIL] = fail_key(c, status),
-        [W_VALUE] = value ? *value : 0,
+        [W_VALUE] = nvalues > 0 ? value[0] : 0,
+        [W_VALUE2] = nvalues > 1 ? value[1] : 0,
     };
     mt__winner none;
     if (!who)
@@ -198,8 +199,10 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
     mt__watch_leave();
     if (e != MPI_SUCCESS)
         return mt__mpi_error(e, "MPI_Allreduce (agreement)");
-    if (value)
-        *value = w[W_VALUE];
+    if (nvalues > 0)
+        value[0] = w[W_VALUE];
+    if (nvalues > 1)
+        value[1] = w[W_VALUE2];
     *same = w[W_KIND] == -w[W_NKIND];
     if (w[W_FAIL] != INT64_MIN) {
         int root = (int)(-w[W_FAIL] % c->size);
@@ -219,14 +222,14 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
 int mt__agree(mt__comm *c, const mt__call *call, int status, mt__winner *who)
 {
     bool same;
-    return agree(c, call, status, who, &same, NULL);
+    return agree(c, call, status, who, &same, NULL, 0);
 }
 
 int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who,
-                  int64_t *value)
+                  int64_t *values, int nvalues)
 {
     bool same;
-    return agree(c, call, status, who, &same, value);
+    return agree(c, call, status, who, &same, values, nvalues);
 }
 
 int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who)
@@ -240,7 +243,7 @@ int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who)
         /* each round must carry this rank's own message, not the last round's */
         if (status != MT_OK)
             mt__error_set_text(own);
-        int rc = agree(c, &call, status, who, &same, NULL);
+        int rc = agree(c, &call, status, who, &same, NULL, 0);
         if (same)
             return rc;
     }

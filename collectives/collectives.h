@@ -81,9 +81,10 @@ typedef struct {
     char msg[MT__MSG_LEN];    /* the winner's message, the same on every rank */
 } mt__winner;
 int mt__agree(mt__comm *c, const mt__call *call, int status, mt__winner *who);
-/* The same, also giving every rank the maximum over ranks of *value (in and out). */
+/* The same, also giving every rank the maximum over ranks of each of values[0..n) (in and
+ * out; n <= 2). */
 int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who,
-                  int64_t *value);
+                  int64_t *values, int nvalues);
 
 /*
  * The exit agreement a rank makes when it leaves a training function: it repeats the
@@ -112,6 +113,9 @@ int mt__topology_get(mt__comm *c, mt__topology *out);
 
 /* Byte movement inside an agreed collective (stream.c). */
 int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens);
+/* The same when every rank knows the largest len (one collective instead of two). */
+int mt__gather_bytes_max(mt__comm *c, const void *send, size_t len, size_t max_len, char **all,
+                         size_t **lens);
 int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root);
 int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t chunk);
 /* Receives len bytes from `from` in pieces of at most chunk bytes into buf (chunk bytes),

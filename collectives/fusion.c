@@ -330,7 +330,7 @@ int mt_fusion_wait(mt_fusion *f)
     if (f->status)
         mt__error_set_text(f->status_msg);
     int64_t handed = f->handed;
-    rc = mt__agree_max(f->comm, &call, f->status, NULL, &handed);
+    rc = mt__agree_max(f->comm, &call, f->status, NULL, &handed, 1);
     int upto = rc ? (int)handed : f->nb; /* on error: only what some rank already started */
     char msg[MT__MSG_LEN];
     snprintf(msg, sizeof msg, "%s", mt_last_error());

@@ -55,6 +55,44 @@ out:
     return rc;
 }
 
+int mt__gather_bytes_max(mt__comm *c, const void *send, size_t len, size_t max_len, char **all,
+                         size_t **lens)
+{
+    int rc = MT_OK;
+    size_t block = 8 + max_len;
+    char *mine = malloc(block), *buf = NULL;
+    if (c->rank == 0) {
+        buf = malloc(block * (size_t)c->size);
+        *lens = calloc((size_t)c->size, sizeof **lens);
+    }
+    if (!mine || (c->rank == 0 && (!buf || !*lens)))
+        rc = mt__error(MT_ENOMEM, "out of memory gathering %zu bytes", block);
+    if (mine) { /* each block: the length, then the bytes */
+        uint64_t l = len;
+        memcpy(mine, &l, 8);
+        memcpy(mine + 8, send, len);
+    }
+    /* every rank takes part even after a local failure: the others are already here */
+    int e = MPI_Gather(mine ? mine : buf, (int)block, MPI_BYTE, buf, (int)block, MPI_BYTE, 0,
+                       c->comm);
+    if (e != MPI_SUCCESS && !rc)
+        rc = mt__mpi_error(e, "MPI_Gather (report)");
+    if (c->rank == 0 && buf && *lens && !rc) { /* pack to the front, as mt__gather_bytes does */
+        size_t off = 0;
+        for (int r = 0; r < c->size; r++) {
+            uint64_t l;
+            memcpy(&l, buf + (size_t)r * block, 8);
+            memmove(buf + off, buf + (size_t)r * block + 8, l);
+            (*lens)[r] = l;
+            off += l;
+        }
+    }
+    free(mine);
+    if (c->rank == 0)
+        *all = buf;
+    return rc;
+}
+
 int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root)
 {
     int rc = MT_OK;

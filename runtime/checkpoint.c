@@ -269,6 +269,11 @@ static int copy_piece(const void *piece, size_t n, size_t offset, void *arg)
     return fwrite(piece, 1, n, f) == n ? MT_OK : mt__error(MT_EIO, "checkpoint file write failed");
 }
 
+static int drain(const void *piece, size_t n, size_t offset, void *arg)
+{
+    return MT_OK;
+}
+
 /* Rank 0: write one array (its own rows, then every other rank's for a sharded one). */
 static int write_array(mt_context *c, hid_t file, const mt__ck_array *a, const int64_t *rows,
                        char *buf, bool first, int status)
@@ -296,8 +301,9 @@ static int write_array(mt_context *c, hid_t file, const mt__ck_array *a, const i
     size_t chunk = row_chunk(w.row_bytes);
     for (int r = 1; a->layout == MT_SHARDED && r < P; r++) {
         w.row0 = off ? (uint64_t)off[r] : 0;
+        /* after a failure, keep receiving so rank r is not left waiting */
         int e = mt__stream_recv(c->comm, r, (size_t)rows[r] * w.row_bytes, buf, chunk,
-                                write_piece, rc ? NULL : &w);
+                                rc ? drain : write_piece, &w);
         if (!rc)
             rc = e;
     }
@@ -310,10 +316,6 @@ static int write_array(mt_context *c, hid_t file, const mt__ck_array *a, const i
     return rc;
 }
 
-static int drain(const void *piece, size_t n, size_t offset, void *arg)
-{
-    return MT_OK;
-}
 
 /* Rank 0: receive the other ranks' files (names and sizes in `desc`), then copy its own. */
 static int write_files(mt_context *c, const mt_checkpoint *ck, const char *dir, char *desc,

@@ -133,10 +133,11 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
     char *enc = NULL;
     size_t len = 0;
     int status = mt__metrics_encode(m, &enc, &len);
-    int64_t stop = mt__stop_signalled();
+    int64_t shared[2] = {mt__stop_signalled(), (int64_t)len}; /* stop request, longest */
     mt__call call;
     mt__call_init(&call, MT__CALL_REPORT, 0, ck != NULL, 0);
-    int rc = mt__agree_max(c->comm, &call, status, NULL, &stop);
+    int rc = mt__agree_max(c->comm, &call, status, NULL, shared, 2);
+    int64_t stop = shared[0];
     if (rc) {
         free(enc);
         return rc;
@@ -146,7 +147,7 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
     c->stop = c->stop || stop;
     char *all = NULL;
     size_t *lens = NULL;
-    rc = mt__gather_bytes(c->comm, enc, len, &all, &lens);
+    rc = mt__gather_bytes_max(c->comm, enc, len, (size_t)shared[1], &all, &lens);
     free(enc);
     if (rc)
         return rc;

@@ -24,14 +24,17 @@ for pair in "2 3" "4 2"; do
 done
 
 # rank 0 holds at most one buffer (64 MiB) of the others' data, plus a small constant
+# (1 GiB; 256 MiB under the sanitizers, whose shadow memory makes the figure moot anyway)
+mib=1024
+[ -n "${MT_SANITIZED:-}" ] && mib=256
 for np in 2 4; do
-    "$run" "$np" "$probe" big "big-$np" 1024 >"$out" 2>"$err"
+    "$run" "$np" "$probe" big "big-$np" $mib >"$out" 2>"$err"
     rc=$?
     grew=$(sed -n 's/.*memory grew by \([0-9-]*\) MiB.*/\1/p' "$out")
     echo "  $(cat "$out")"
     if [ $rc -eq 0 ] && [ -n "$grew" ] && [ "$grew" -le 96 ]; then
-        ok "1 GiB from $np ranks: rank 0 grew by $grew MiB (bound: 64 MiB buffer + 32 MiB)"
-    else bad "1 GiB from $np ranks (exit $rc, grew '${grew:-?}' MiB)"; fi
+        ok "$mib MiB from $np ranks: rank 0 grew by $grew MiB (bound: 64 MiB buffer + 32 MiB)"
+    else bad "$mib MiB from $np ranks (exit $rc, grew '${grew:-?}' MiB)"; fi
     rm -rf "$store/big-$np"
 done
 

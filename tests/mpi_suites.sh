@@ -1,6 +1,9 @@
 #!/bin/sh
 # tests/mpi_suites.sh NP: run each MPI CUnit suite (MT_MPI_SUITES) at NP ranks.
 np=$1
+if [ -n "${MT_QUICK_CHECK:-}" ] && [ "$np" -gt 2 ]; then # make distcheck: covered by the full runs
+    echo "skipped (MT_QUICK_CHECK is set)"; exit 77
+fi
 fail=0
 for suite in $MT_MPI_SUITES; do
     echo "== $suite at $np ranks"

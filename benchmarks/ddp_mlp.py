@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The PyTorch DistributedDataParallel (gloo) baseline for mpitrain-bench's train suite.
+
+The same model (784-256-128-10 MLP, ReLU, cross-entropy), the same global batch (128),
+SGD with momentum and weight decay, synthetic batches, one thread per rank. Run it with the
+same launcher and rank count as the train suite:
+
+    mpirun -np 2 python3 benchmarks/ddp_mlp.py [--steps 400]
+
+Prints per-rank samples/s (rank 0), the figure the train suite compares against.
+Needs the Debian package python3-torch.
+"""
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--port", type=int, default=29517)
+    a = p.parse_args()
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", "0")))
+    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=rank,
+                            world_size=size)
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                          nn.Linear(128, 10))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    loss_fn = nn.CrossEntropyLoss()
+    n = max(1, 128 // size)
+    x = torch.rand(n, 784)
+    y = torch.randint(0, 10, (n,))
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(ddp(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(max(1, a.steps // 10)):
+        step()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    t = time.perf_counter() - t0
+    rate = torch.tensor([n * a.steps / t])
+    dist.all_reduce(rate)
+    if rank == 0:
+        print(f"ddp_mlp: {size} ranks, batch/rank {n}: {rate.item() / size:.0f} samples/s per rank "
+              f"(PyTorch {torch.__version__}, gloo)")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
