@@ -1,11 +1,11 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The PyTorch DistributedDataParallel (gloo) baseline for mpitrain-bench's train suite.
 
 The same model (784-256-128-10 MLP, ReLU, cross-entropy), the same global batch (128),
 SGD with momentum and weight decay, synthetic batches, one thread per rank. Run it with the
 same launcher and rank count as the train suite:
 
-    mpirun -np 2 python3 benchmarks/ddp_mlp.py [--steps 400]
+    mpirun -np 2 /usr/bin/python3 benchmarks/ddp_mlp.py [--steps 400]
 
 Prints per-rank samples/s (rank 0), the figure the train suite compares against.
 Needs the Debian package python3-torch.

@@ -44,14 +44,16 @@ if [ $rc1 -eq 1 ] && [ $rc2 -eq 0 ] && grep -q "resumed from .*checkpoint_000000
 else bad "resume (exits $rc1, $rc2)"; fi
 
 # the same job in spawn mode: no launcher, the same numbers
-"$run" 2 "$b/tools/trainer" $common --name by-mpirun --epochs 2 >"$out" 2>"$err"
-timeout -k 5 $((120 * ${MT_TEST_TIMEOUT_SCALE:-1})) "$b/tools/trainer" --num-workers 2 $common \
-    --name by-spawn --epochs 2 >"$out" 2>"$err"
-rc=$?
-l1=$(last_field by-mpirun train_loss); l2=$(last_field by-spawn train_loss)
-if [ $rc -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ]; then
-    ok "spawn mode (--num-workers 2) matches mpirun -np 2 (train_loss $l2)"
-else bad "spawn mode (exit $rc, loss '$l1' vs '$l2')"; fi
+for np in 2 4; do
+    "$run" $np "$b/tools/trainer" $common --name by-mpirun-$np --epochs 2 >"$out" 2>"$err"
+    timeout -k 5 $((120 * ${MT_TEST_TIMEOUT_SCALE:-1})) "$b/tools/trainer" --num-workers $np $common \
+        --name by-spawn-$np --epochs 2 >"$out" 2>"$err"
+    rc=$?
+    l1=$(last_field by-mpirun-$np train_loss); l2=$(last_field by-spawn-$np train_loss)
+    if [ $rc -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ]; then
+        ok "spawn mode (--num-workers $np) matches mpirun -np $np (train_loss $l2)"
+    else bad "spawn mode at $np (exit $rc, loss '$l1' vs '$l2')"; fi
+done
 
 # mpitrain-show and its plot
 "$b/tools/mpitrain-show" "$store/runs/short-2" --plot "$store/curves.png" >"$out" 2>"$err"
