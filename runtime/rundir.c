@@ -97,6 +97,20 @@ int mt__write_atomic(const char *dir, const char *name, const char *text)
 
 /* ------------------------------------------------------------ run.json */
 
+void mt__run_close_logs(mt__rundir *r)
+{
+    for (int i = 0; i < r->ncsv; i++)
+        free(r->csv_keys[i]);
+    free(r->csv_keys);
+    r->csv_keys = NULL;
+    r->ncsv = 0;
+    if (r->result)
+        fclose(r->result);
+    if (r->csv)
+        fclose(r->csv);
+    r->result = r->csv = NULL;
+}
+
 void mt__run_free(mt__rundir *r)
 {
     if (!r)
@@ -104,14 +118,8 @@ void mt__run_free(mt__rundir *r)
     for (int i = 0; i < r->nkept; i++)
         mt_metrics_free(&r->kept[i].metrics);
     free(r->kept);
-    for (int i = 0; i < r->ncsv; i++)
-        free(r->csv_keys[i]);
-    free(r->csv_keys);
+    mt__run_close_logs(r);
     free(r->dir);
-    if (r->result)
-        fclose(r->result);
-    if (r->csv)
-        fclose(r->csv);
     memset(r, 0, sizeof *r);
 }
 

@@ -66,6 +66,7 @@ int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where);
 int mt__run_load(mt__rundir *r, const char *dir);
 int mt__run_save(const mt__rundir *r);
 int mt__run_open_logs(mt__rundir *r);
+void mt__run_close_logs(mt__rundir *r);
 int mt__run_append(mt__rundir *r, json_t *row);
 int mt__run_supersede(mt__rundir *r, int64_t iteration);
 void mt__run_remove_leftovers(const mt__rundir *r);

@@ -26,12 +26,6 @@ struct mt_trainer {
     int nspecs;
 };
 
-struct mt_result {
-    char *error;
-    char *path;
-    int attempts;
-};
-
 static char **copy_names(const char *const *names)
 {
     size_t n = 0;
@@ -403,13 +397,12 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
         rc = mt__watchdog_start(&dog, ctx->comm, f->stall_warn_s, f->stall_timeout_s,
                                 t->cfg.run.verbose);
     }
-    int attempts = 0, failures = 0;
+    int failures = 0;
     const char *final = "failed";
     bool started = !rc;
     if (!rc)
         mt__signals_install();
     while (started) {
-        attempts++;
         ctx->start = ctx->last_report = mt__now();
         ctx->stop = ctx->stopped_after_ckpt = false;
         mt__context_set_current(ctx);
@@ -448,14 +441,7 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
             info = resume_point(&run, t->cfg.run.verbose);
             if (mt__run_save(&run) != MT_OK)
                 fprintf(stderr, "mpitrain: %s\n", mt_last_error());
-            mt__run_free(&(mt__rundir){0});
-            if (run.result)
-                fclose(run.result), run.result = NULL;
-            if (run.csv)
-                fclose(run.csv), run.csv = NULL;
-            for (int i = 0; i < run.ncsv; i++)
-                free(run.csv_keys[i]);
-            free(run.csv_keys), run.csv_keys = NULL, run.ncsv = 0;
+            mt__run_close_logs(&run); /* result.json was rewritten: open the new one */
             if (mt__run_open_logs(&run) != MT_OK)
                 fprintf(stderr, "mpitrain: %s\n", mt_last_error());
         }
@@ -485,23 +471,15 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
                    (long long)ctx->iteration, run.attempts, run.attempts == 1 ? "" : "s");
     }
     if (out) {
-        int e = started ? build_result(ctx, t, error[0] ? error : NULL, out) : MT_OK;
-        if (!started) { /* set-up failed: a result with the error and nothing else */
-            if (who.rank >= 0)
-                snprintf(error, sizeof error, "rank %d failed: %s", who.rank, who.msg);
-            else
-                snprintf(error, sizeof error, "%s", who.msg[0] ? who.msg : mt_last_error());
-            e = mt__result_build(ctx->run_dir ? ctx->run_dir : "", NULL, NULL, NULL, error,
-                                 false, out);
-        }
+        /* after a set-up failure: a result with the error and nothing else */
+        int e = started ? build_result(ctx, t, error[0] ? error : NULL, out)
+                        : mt__result_build(ctx->run_dir ? ctx->run_dir : "", NULL, NULL, NULL,
+                                           error, false, out);
         if (e && !rc)
             rc = e;
     }
-    if (rc && who.rank < 0 && !started && rc != MT_EINVAL && who.code)
-        rc = who.code;
-    if (rc && who.rank >= 0 && !started)
-        rc = who.code;
-    (void)attempts;
+    if (rc && !started && who.rank >= 0)
+        rc = who.code; /* the same code on every rank: the winning rank's */
     mt__run_free(&run);
     mt_metrics_free(&ctx->last_metrics);
     mt_checkpoint_free(&ctx->restored);
