@@ -35,6 +35,7 @@ else
     echo "0 passed, 1 failed" >"$top/build-plain/tests/distcheck.log"
 fi
 echo "=== suite took $(( $(date +%s) - start ))s"
-"$top/tests/summary.sh" "$top/build-plain" "$top/build-asan"
 [ $status -eq 0 ] && echo "=== all tests passed" || echo "=== TESTS FAILED"
+# last: the CUnit-style summary, ending with "N passed, N failed"
+"$top/tests/summary.sh" "$top/build-plain" "$top/build-asan"
 exit $status
