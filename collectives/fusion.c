@@ -92,6 +92,16 @@ out:
     return rc;
 }
 
+/* The first reduction error of the step, for the wait to report (call under lock, or
+ * with no thread). */
+static void note_reduce_error(mt_fusion *f, int rc)
+{
+    if (rc && !f->thread_rc) {
+        f->thread_rc = rc;
+        snprintf(f->thread_msg, sizeof f->thread_msg, "%s", mt_last_error());
+    }
+}
+
 static void *comm_thread(void *arg)
 {
     mt_fusion *f = arg;
@@ -105,10 +115,7 @@ static void *comm_thread(void *arg)
         pthread_mutex_unlock(&f->lock);
         int rc = reduce_bucket(f, b);
         pthread_mutex_lock(&f->lock);
-        if (rc && !f->thread_rc) {
-            f->thread_rc = rc;
-            snprintf(f->thread_msg, sizeof f->thread_msg, "%s", mt_last_error());
-        }
+        note_reduce_error(f, rc);
         f->done++;
         pthread_cond_broadcast(&f->cond);
     }
@@ -140,13 +147,8 @@ static void finish(mt_fusion *f, int upto)
         from = f->claimed;
         pthread_mutex_unlock(&f->lock);
     }
-    for (int i = from; i < upto; i++) {
-        int rc = reduce_bucket(f, &f->b[i]);
-        if (rc && !f->thread_rc) {
-            f->thread_rc = rc;
-            snprintf(f->thread_msg, sizeof f->thread_msg, "%s", mt_last_error());
-        }
-    }
+    for (int i = from; i < upto; i++)
+        note_reduce_error(f, reduce_bucket(f, &f->b[i]));
     pthread_mutex_lock(&f->lock);
     f->handed = f->claimed = f->done = 0;
     f->closing = false;
