@@ -270,6 +270,12 @@ MT_EXTERN const char *mt_shard_column_name(const mt_shard *s, int i);
 /* Local. A column's shape with dims[0] = rows per epoch on this rank; its stored dtype. */
 MT_EXTERN int mt_shard_column_shape(const mt_shard *s, const char *column, int *ndim,
                                     size_t dims[8], mt_dtype *stored);
+/* Local. Read `column` straight into `as` (HDF5 converts during the read; out-of-range
+ * values saturate) so mt_batch_column(b, column, as) returns rows without a conversion
+ * pass. Takes effect at the next mt_shard_begin_epoch; data.memory_limit counts the rows
+ * in this dtype. Set it before the first epoch and keep it: the window size, and so the
+ * shuffled order, follow the in-memory row size. */
+MT_EXTERN int mt_shard_set_column_dtype(mt_shard *s, const char *column, mt_dtype as);
 /* Collective. Starts an epoch (the batch count is agreed across ranks). */
 MT_EXTERN int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o);
 /* Local. 1 = *out is the next batch; 0 = the epoch is done; < 0 = error. */

@@ -208,7 +208,8 @@ void mt__h5group_close(mt__h5group **gp)
     *gp = NULL;
 }
 
-int mt__h5group_read(mt__h5group *g, int col, const mt__run *runs, int nruns, void *dst)
+int mt__h5group_read(mt__h5group *g, int col, const mt__run *runs, int nruns, mt_dtype as,
+                     void *dst)
 {
     mt__column *c = &g->cols[col];
     int rc = MT_OK;
@@ -241,7 +242,9 @@ int mt__h5group_read(mt__h5group *g, int col, const mt__run *runs, int nruns, vo
     H5Pset_dxpl_mpio(dxpl, g->collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT);
     /* a union of hyperslabs reads in file order; runs are given in increasing order by the
      * caller when the order matters */
-    if (H5Dread(c->dset, mt__h5_native(c->dtype), ms, fs, dxpl, dst) < 0)
+    /* HDF5 converts from the stored type to `as` as it reads (out-of-range values
+     * saturate), so a converted column needs no second pass and no stored-type copy */
+    if (H5Dread(c->dset, mt__h5_native(as), ms, fs, dxpl, dst) < 0)
         rc = mt__error(MT_EIO, "%s:%s/%s: read of %llu rows failed", g->file, g->group,
                        c->name, (unsigned long long)total);
     H5Pclose(dxpl);

@@ -46,9 +46,10 @@ typedef struct {
 } mt__run;
 
 /* Read the rows of `runs`, in order, of column `col` into dst (rows x row_elems elements
- * of the column's dtype). Independent transfer unless g->collective (then every rank must
+ * of dtype `as`, converted from the stored type by HDF5 during the read). Independent transfer unless g->collective (then every rank must
  * call it the same number of times). */
-int mt__h5group_read(mt__h5group *g, int col, const mt__run *runs, int nruns, void *dst);
+int mt__h5group_read(mt__h5group *g, int col, const mt__run *runs, int nruns, mt_dtype as,
+                     void *dst);
 
 /* The process-wide HDF5 lock (HDF5 with MPI is not thread-safe). */
 void mt__h5_lock(void);

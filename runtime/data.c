@@ -12,6 +12,10 @@
  *   windows). A shard that fits data.memory_limit is one window; a larger one is streamed
  *   in windows of about half the limit, and a thread reads the next window while the
  *   caller consumes the current one, so memory stays near two windows.
+ * - Windows hold each column in its in-memory dtype (the stored one unless the caller
+ *   chose another with mt_shard_set_column_dtype); HDF5 converts during the read. Block
+ *   size follows the stored row size (file contiguity), W the in-memory one (memory), and
+ *   both stay fixed while the program makes the same calls, so a rerun sees the same order.
  */
 #include "runtime.h"
 #include "../io/io.h"
@@ -33,7 +37,7 @@ struct mt_batch {
 };
 
 typedef struct {
-    void **cols;            /* per column: W rows in the column's dtype */
+    void **cols;            /* per column: W rows in the column's in-memory dtype */
     int64_t rows;           /* rows held */
     int64_t index;          /* window number in the epoch */
     int rc;
@@ -46,7 +50,10 @@ struct mt_shard {
     mt__h5group *g;
     bool split;
     int64_t rows, dropped;  /* per epoch on this rank; dropped from the split */
-    size_t row_bytes;       /* all columns of one row */
+    size_t row_bytes;       /* all columns of one row, as stored */
+    size_t mem_row_bytes;   /* ... and in memory */
+    mt_dtype *mem;          /* per column: dtype the windows hold */
+    mt_dtype *want;         /* per column: asked for, applied at the next epoch */
     size_t memory_limit;
     /* the epoch */
     bool in_epoch;
@@ -189,7 +196,7 @@ static int read_window(mt_shard *s, window *w, int64_t k)
     for (int i = 0; i < n; i++)
         w->rows += runs[i].count;
     for (int c = 0; c < s->g->ncols && !rc; c++)
-        rc = mt__h5group_read(s->g, c, runs, n, w->cols[c]);
+        rc = mt__h5group_read(s->g, c, runs, n, s->mem[c], w->cols[c]);
     free(runs);
     w->index = k;
     w->rc = rc;
@@ -277,7 +284,7 @@ static int alloc_windows(mt_shard *s)
             return mt__error(MT_ENOMEM, "out of memory for %s", s->name);
         for (int c = 0; c < nc; c++) {
             const mt__column *col = &s->g->cols[c];
-            size_t bytes = (size_t)s->W * col->row_elems * mt_dtype_size(col->dtype);
+            size_t bytes = (size_t)s->W * col->row_elems * mt_dtype_size(s->mem[c]);
             if (!(s->win[i].cols[c] = malloc(bytes ? bytes : 1)))
                 return mt__error(MT_ENOMEM, "out of memory for a window of %s (%zu bytes)",
                                  s->name, bytes);
@@ -342,6 +349,8 @@ static void shard_free(mt_shard *s)
         free_windows(s);
     mt__h5group_close(&s->g);
     free(s->runs);
+    free(s->mem);
+    free(s->want);
     free(s->name);
     free(s);
 }
@@ -420,8 +429,15 @@ static int open_shard(mt_context *c, const mt__dataset_spec *spec, mt_shard **ou
                         : mt__h5group_open(c->comm->comm, spec->file, spec->group, &s->g);
     if (!rc) {
         int64_t n = s->g->rows, p = c->world_size;
-        for (int i = 0; i < s->g->ncols; i++)
+        s->mem = malloc((size_t)s->g->ncols * sizeof *s->mem);
+        s->want = malloc((size_t)s->g->ncols * sizeof *s->want);
+        if (!s->mem || !s->want)
+            rc = mt__error(MT_ENOMEM, "out of memory opening %s", spec->name);
+        for (int i = 0; !rc && i < s->g->ncols; i++) {
             s->row_bytes += s->g->cols[i].row_elems * mt_dtype_size(s->g->cols[i].dtype);
+            s->mem[i] = s->want[i] = s->g->cols[i].dtype;
+        }
+        s->mem_row_bytes = s->row_bytes;
         s->rows = s->split ? n / p : n;
         s->dropped = s->split ? n % p : 0;
         if (s->rows == 0)
@@ -522,6 +538,21 @@ int mt_shard_column_shape(const mt_shard *s, const char *column, int *ndim, size
     return MT_OK;
 }
 
+int mt_shard_set_column_dtype(mt_shard *s, const char *column, mt_dtype as)
+{
+    if (!s)
+        return mt__error(MT_EINVAL, "mt_shard_set_column_dtype: shard is NULL");
+    int i = column_index(s, column);
+    if (i < 0)
+        return mt__error(MT_ENOTFOUND, "dataset %s has no column '%s'", s->name,
+                         column ? column : "(null)");
+    if (mt_dtype_size(as) == 0)
+        return mt__error(MT_EINVAL, "mt_shard_set_column_dtype: %s/%s: unknown dtype %d",
+                         s->name, column, (int)as);
+    s->want[i] = as;
+    return MT_OK;
+}
+
 int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
 {
     if (!s)
@@ -535,6 +566,13 @@ int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
     join_ahead(s);
     if (opt.batch_size != s->opt.batch_size || opt.shuffle != s->opt.shuffle)
         s->kept = false;
+    if (memcmp(s->mem, s->want, (size_t)s->g->ncols * sizeof *s->mem)) {
+        free_windows(s); /* new buffer sizes; nothing kept */
+        memcpy(s->mem, s->want, (size_t)s->g->ncols * sizeof *s->mem);
+        s->mem_row_bytes = 0;
+        for (int i = 0; i < s->g->ncols; i++)
+            s->mem_row_bytes += s->g->cols[i].row_elems * mt_dtype_size(s->mem[i]);
+    }
     s->in_epoch = false;
     s->opt = opt;
     s->epoch = epoch;
@@ -542,7 +580,7 @@ int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
     int64_t batches = opt.drop_last ? s->rows / bs : (s->rows + bs - 1) / bs;
     if (!rc) {
         /* one window when the shard fits the limit, else windows of about half of it */
-        int64_t fit = (int64_t)(s->memory_limit / (s->row_bytes ? s->row_bytes : 1));
+        int64_t fit = (int64_t)(s->memory_limit / (s->mem_row_bytes ? s->mem_row_bytes : 1));
         int64_t W = s->rows <= fit ? s->rows : fit / 2;
         W = W / bs * bs;
         s->W = W > bs ? W : bs;
@@ -626,7 +664,8 @@ const void *mt_batch_column(const mt_batch *cb, const char *column, mt_dtype as)
         return NULL;
     }
     const mt__column *col = &s->g->cols[c];
-    size_t es = mt_dtype_size(col->dtype), re = col->row_elems;
+    mt_dtype have = s->mem[c];
+    size_t es = mt_dtype_size(have), re = col->row_elems;
     const char *src = (const char *)s->win[s->cur].cols[c] + b->first * re * es;
     if (s->opt.shuffle) {
         if (!b->have_gathered[c]) {
@@ -643,7 +682,7 @@ const void *mt_batch_column(const mt_batch *cb, const char *column, mt_dtype as)
         }
         src = b->gathered[c];
     }
-    if (as == col->dtype)
+    if (as == have)
         return src;
     int k = c * 5 + ((int)as - 1);
     if (!b->have_conv[k]) {
@@ -652,7 +691,7 @@ const void *mt_batch_column(const mt_batch *cb, const char *column, mt_dtype as)
             mt__error(MT_ENOMEM, "out of memory converting a batch of %s", s->name);
             return NULL;
         }
-        mt__convert(b->conv[k], as, src, col->dtype, b->rows * re);
+        mt__convert(b->conv[k], as, src, have, b->rows * re);
         b->have_conv[k] = true;
     }
     return b->conv[k];

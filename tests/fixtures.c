@@ -87,3 +87,44 @@ int fix_write_broken(const char *file, const char *which)
     H5Fclose(f);
     return rc;
 }
+
+int fix_write_wide(const char *file, const char *group, int64_t rows, int width)
+{
+    hid_t f = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0)
+        return -1;
+    hid_t g = H5Gcreate2(f, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t d1[1] = {(hsize_t)rows}, d2[2] = {(hsize_t)rows, (hsize_t)width};
+    hid_t s1 = H5Screate_simple(1, d1, NULL), s2 = H5Screate_simple(2, d2, NULL);
+    hid_t did = H5Dcreate2(g, "id", H5T_STD_I64LE, s1, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t dx = H5Dcreate2(g, "x", H5T_IEEE_F32LE, s2, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const int64_t slab = 1024;
+    int64_t *id = malloc((size_t)slab * sizeof *id);
+    float *x = malloc((size_t)slab * (size_t)width * sizeof *x);
+    int rc = g < 0 || did < 0 || dx < 0 || !id || !x;
+    for (int64_t r0 = 0; r0 < rows && !rc; r0 += slab) {
+        int64_t n = rows - r0 < slab ? rows - r0 : slab;
+        for (int64_t i = 0; i < n; i++) {
+            id[i] = r0 + i;
+            for (int j = 0; j < width; j++)
+                x[i * width + j] = (float)(r0 + i);
+        }
+        hsize_t st[2] = {(hsize_t)r0, 0}, c1[1] = {(hsize_t)n}, c2[2] = {(hsize_t)n, (hsize_t)width};
+        hid_t m1 = H5Screate_simple(1, c1, NULL), m2 = H5Screate_simple(2, c2, NULL);
+        H5Sselect_hyperslab(s1, H5S_SELECT_SET, st, NULL, c1, NULL);
+        H5Sselect_hyperslab(s2, H5S_SELECT_SET, st, NULL, c2, NULL);
+        rc |= H5Dwrite(did, H5T_NATIVE_INT64, m1, s1, H5P_DEFAULT, id) < 0;
+        rc |= H5Dwrite(dx, H5T_NATIVE_FLOAT, m2, s2, H5P_DEFAULT, x) < 0;
+        H5Sclose(m1);
+        H5Sclose(m2);
+    }
+    free(id);
+    free(x);
+    H5Dclose(did);
+    H5Dclose(dx);
+    H5Sclose(s1);
+    H5Sclose(s2);
+    H5Gclose(g);
+    H5Fclose(f);
+    return rc ? -1 : 0;
+}

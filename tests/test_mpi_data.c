@@ -98,6 +98,7 @@ typedef struct {
     int64_t expect_rows;      /* per rank per epoch */
     int64_t *first_order;     /* ids of epoch 0 on this rank (for order checks) */
     int64_t *second_order;    /* ids of epoch 1 */
+    bool wide;                /* windows hold id as f64, x as f64, y as i64 */
     int bad_rows;
 } once_arg;
 
@@ -135,6 +136,11 @@ static int check_once(mt_context *c, void *varg)
     int rc = mt_get_dataset_shard(c, a->dataset, &s);
     if (rc)
         return rc;
+    if (a->wide) { /* read_epoch's dtypes then come from converting these */
+        MT_ASSERT_INT_EQ(mt_shard_set_column_dtype(s, "id", MT_F64), MT_OK);
+        MT_ASSERT_INT_EQ(mt_shard_set_column_dtype(s, "x", MT_F64), MT_OK);
+        MT_ASSERT_INT_EQ(mt_shard_set_column_dtype(s, "y", MT_I64), MT_OK);
+    }
     int P = mt_world_size(c);
     MT_ASSERT_INT_EQ(mt_shard_rows(s), a->expect_rows);
     MT_ASSERT_INT_EQ(mt_shard_dropped_rows(s), a->replicated ? 0 : N_ROWS % P);
@@ -179,12 +185,13 @@ static int check_once(mt_context *c, void *varg)
     return rc;
 }
 
-static void run_once(const char *file, bool shuffle, size_t memory_limit, size_t bs, bool drop_last)
+static void run_once_as(const char *file, bool shuffle, size_t memory_limit, size_t bs,
+                        bool drop_last, bool wide)
 {
     int P = mt_test_size();
     once_arg a = {.dataset = "train", .opt = {.batch_size = bs, .shuffle = shuffle, .seed = 7,
                                               .drop_last = drop_last},
-                  .epochs = 2, .expect_rows = N_ROWS / P};
+                  .epochs = 2, .expect_rows = N_ROWS / P, .wide = wide};
     ds sets[] = {{"train", path(file), "/train"}};
     char err[1024];
     int rc = fit_with(check_once, &a, sets, 1, (mt_data_config){.memory_limit = memory_limit},
@@ -193,6 +200,11 @@ static void run_once(const char *file, bool shuffle, size_t memory_limit, size_t
     if (rc)
         fprintf(stderr, "%s\n", err);
     MT_ASSERT_INT_EQ(a.bad_rows, 0);
+}
+
+static void run_once(const char *file, bool shuffle, size_t memory_limit, size_t bs, bool drop_last)
+{
+    run_once_as(file, shuffle, memory_limit, bs, drop_last, false);
 }
 
 static void test_once_contiguous(void) { run_once("contiguous.h5", false, 0, 32, false); run_once("contiguous.h5", true, 0, 32, false); }
@@ -210,11 +222,97 @@ static void test_once_streaming(void)
     setenv("MT_IO_READAHEAD", "0", 1);
     run_once("gzip.h5", true, 2048, 8, false);
     unsetenv("MT_IO_READAHEAD");
+    /* windows in wider in-memory dtypes: 62 bytes a row, so more, smaller windows */
+    run_once_as("chunked.h5", true, 2048, 8, false, true);
+    run_once_as("contiguous.h5", false, 0, 32, false, true);
     /* collective MPI-IO transfers (no read-ahead thread) */
     setenv("MT_IO_COLLECTIVE", "1", 1);
     run_once("contiguous.h5", true, 2048, 8, false);
     run_once("contiguous.h5", false, 0, 32, false);
     unsetenv("MT_IO_COLLECTIVE");
+}
+
+/* Resident memory while streaming a shard four times larger than data.memory_limit:
+ * the peak (VmHWM, reset through /proc/self/clear_refs) may grow by two windows (the
+ * limit) plus a small constant for HDF5 and MPI-IO, not by the shard. */
+#define WIDE_ROWS 32768      /* x 1 KiB floats = 128 MiB of x */
+#define WIDE_LIMIT (2u << 20)
+
+static long status_kib(const char *field)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    size_t n = strlen(field);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':')
+            v = strtol(line + n + 1, NULL, 10);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+typedef struct {
+    long grown_kib;
+    int64_t rows, bad;
+} mem_arg;
+
+static int stream_big(mt_context *c, void *varg)
+{
+    mem_arg *a = varg;
+    mt_shard *s;
+    int rc = mt_get_dataset_shard(c, "big", &s);
+    if (rc)
+        return rc;
+    mt_iter_options o = {.batch_size = 64, .shuffle = true, .seed = 2};
+    long base = status_kib("VmRSS");
+    FILE *f = fopen("/proc/self/clear_refs", "w"); /* 5: reset the peak to the current RSS */
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
+    rc = mt_shard_begin_epoch(s, 0, &o);
+    const mt_batch *b;
+    while (!rc && (rc = mt_shard_next(s, &b)) == 1) {
+        rc = MT_OK;
+        const int64_t *id = mt_batch_column(b, "id", MT_I64);
+        const float *x = mt_batch_column(b, "x", MT_F32);
+        if (!id || !x)
+            return MT_EINVAL;
+        for (size_t r = 0; r < mt_batch_rows(b); r++)
+            a->bad += x[r * 256 + 255] != (float)id[r];
+        a->rows += (int64_t)mt_batch_rows(b);
+    }
+    a->grown_kib = status_kib("VmHWM") - base;
+    return rc;
+}
+
+static void test_streaming_memory(void)
+{
+    if (mt_test_rank() == 0 &&
+        fix_write_wide(path("big.h5"), "/train", WIDE_ROWS, 256) != 0) /* 1 KiB a row */
+        CU_FAIL("could not write big.h5");
+    MPI_Barrier(MPI_COMM_WORLD);
+    int P = mt_test_size();
+    mem_arg a = {0};
+    ds sets[] = {{"big", path("big.h5"), "/train"}};
+    MT_ASSERT_INT_EQ(fit_with(stream_big, &a, sets, 1,
+                              (mt_data_config){.memory_limit = WIDE_LIMIT}, NULL, 0), MT_OK);
+    MT_ASSERT_INT_EQ(a.rows, WIDE_ROWS / P);
+    MT_ASSERT_INT_EQ(a.bad, 0);
+    long shard_kib = (long)((int64_t)WIDE_ROWS / P * 1032 / 1024);
+    long bound_kib = (long)(WIDE_LIMIT >> 10) + 3 * 1024; /* two windows + 3 MiB */
+    if (status_kib("VmHWM") > 0) {
+        if (a.grown_kib > bound_kib || getenv("MT_TEST_SHOW_MEMORY"))
+            fprintf(stderr, "rank %d: peak RSS grew by %ld KiB streaming a %ld KiB shard "
+                    "(limit %u KiB)\n", mt_test_rank(), a.grown_kib, shard_kib,
+                    WIDE_LIMIT >> 10);
+        CU_ASSERT(a.grown_kib <= bound_kib);
+        CU_ASSERT(bound_kib < shard_kib); /* the check can tell streaming from holding */
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_test_rank() == 0)
+        unlink(path("big.h5"));
 }
 
 static void test_replicated(void)
@@ -297,10 +395,74 @@ static int conversions(mt_context *c, void *arg)
     return rc;
 }
 
+/* Columns read straight into a chosen dtype by HDF5: x (f32 on disk, values up to 581)
+ * into u8 saturates at 255, which a per-batch C cast would not do; id into f64; y into
+ * i32. Asking for another dtype converts from the in-memory one. */
+static int direct_reads(mt_context *c, void *arg)
+{
+    (void)arg;
+    mt_shard *s;
+    int rc = mt_get_dataset_shard(c, "test", &s);
+    if (rc)
+        return rc;
+    MT_ASSERT_INT_EQ(mt_shard_set_column_dtype(NULL, "x", MT_U8), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_shard_set_column_dtype(s, "nope", MT_U8), MT_ENOTFOUND);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "dataset test has no column 'nope'");
+    MT_ASSERT_INT_EQ(mt_shard_set_column_dtype(s, "x", (mt_dtype)42), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "test/x: unknown dtype 42");
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        mt_dtype xs = pass ? MT_U8 : MT_F32; /* pass 1 reads x straight into u8 */
+        MT_ASSERT_INT_EQ(mt_shard_set_column_dtype(s, "x", xs), MT_OK);
+        MT_ASSERT_INT_EQ(mt_shard_set_column_dtype(s, "id", pass ? MT_F64 : MT_I64), MT_OK);
+        MT_ASSERT_INT_EQ(mt_shard_set_column_dtype(s, "y", pass ? MT_I32 : MT_U8), MT_OK);
+        mt_iter_options o = {.batch_size = 9, .shuffle = true, .seed = 5};
+        rc = mt_shard_begin_epoch(s, pass, &o);
+        const mt_batch *b;
+        int64_t seen = 0;
+        while (!rc && mt_shard_next(s, &b) == 1) {
+            size_t n = mt_batch_rows(b);
+            const int64_t *id = mt_batch_column(b, "id", MT_I64);
+            const double *idd = mt_batch_column(b, "id", MT_F64);
+            /* pass 0 does not ask for u8: a C cast of 581.0f to uint8_t is undefined */
+            const uint8_t *xu = pass ? mt_batch_column(b, "x", MT_U8) : (const uint8_t *)"";
+            const double *xd = mt_batch_column(b, "x", MT_F64);
+            const int32_t *yi = mt_batch_column(b, "y", MT_I32);
+            if (!id || !idd || !xu || !xd || !yi) {
+                CU_FAIL("a column is missing");
+                break;
+            }
+            for (size_t r = 0; r < n; r++) {
+                MT_ASSERT_INT_EQ((int64_t)idd[r], id[r]);
+                for (int j = 0; j < 6; j++) {
+                    int64_t v = id[r] * 6 + j;
+                    if (pass) { /* HDF5's conversion, and the f64 view is taken from it */
+                        MT_ASSERT_INT_EQ(xu[r * 6 + j], v > 255 ? 255 : v);
+                        CU_ASSERT_DOUBLE_EQUAL(xd[r * 6 + j], (double)(v > 255 ? 255 : v), 0);
+                    } else {
+                        CU_ASSERT_DOUBLE_EQUAL(xd[r * 6 + j], (double)v, 0);
+                    }
+                }
+                MT_ASSERT_INT_EQ(yi[r], id[r] % 251);
+            }
+            seen += (int64_t)n;
+        }
+        MT_ASSERT_INT_EQ(seen, mt_shard_rows(s));
+        /* the stored dtype is still reported as stored */
+        mt_dtype stored;
+        MT_ASSERT_INT_EQ(mt_shard_column_shape(s, "x", NULL, NULL, &stored), MT_OK);
+        MT_ASSERT_INT_EQ(stored, MT_F32);
+    }
+    return rc;
+}
+
 static void test_conversions(void)
 {
     ds sets[] = {{"test", path("contiguous.h5"), "/test"}};
     MT_ASSERT_INT_EQ(fit_with(conversions, NULL, sets, 1, (mt_data_config){0}, NULL, 0), MT_OK);
+    MT_ASSERT_INT_EQ(fit_with(direct_reads, NULL, sets, 1, (mt_data_config){0}, NULL, 0), MT_OK);
+    /* and streamed: a 512-byte limit makes windows of a few rows */
+    MT_ASSERT_INT_EQ(fit_with(direct_reads, NULL, sets, 1, (mt_data_config){.memory_limit = 512},
+                              NULL, 0), MT_OK);
 }
 
 /* ------------------------------------------------------------ bad input */
@@ -408,6 +570,7 @@ static const mt_test tests[] = {
     {"once_chunked", test_once_chunked},
     {"once_gzip", test_once_gzip},
     {"once_streaming", test_once_streaming},
+    {"streaming_memory", test_streaming_memory},
     {"replicated", test_replicated},
     {"shuffle_orders", test_shuffle_orders},
     {"conversions", test_conversions},
