@@ -61,8 +61,11 @@ int mt__ckpt_add_array(hid_t f, const char *name, mt_dtype t, int ndim, const ui
     for (int i = 0; i < ndim; i++)
         d[i] = dims[i];
     mt__h5_lock();
-    hid_t sp = H5Screate_simple(ndim, d, NULL);
-    hid_t ds = H5Dcreate2(f, name, mt__h5_native(t), sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t sp = H5Screate_simple(ndim, d, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    /* every row gets written: no fill pass over the file first */
+    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    hid_t ds = H5Dcreate2(f, name, mt__h5_native(t), sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Pclose(dcpl);
     H5Sclose(sp);
     mt__h5_unlock();
     if (ds < 0)

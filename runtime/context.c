@@ -168,6 +168,7 @@ void mt__context_destroy(mt_context **cp)
     if (current == c)
         current = NULL;
     mt__shards_close(c);
+    mt__checkpoint_release(c);
     mt__comm_destroy(&c->comm);
     free(c->name);
     free(c->run_dir);

@@ -115,6 +115,7 @@ void mt__run_free(mt__rundir *r)
 {
     if (!r)
         return;
+    mt__run_reap_wait(r);
     for (int i = 0; i < r->nkept; i++)
         mt_metrics_free(&r->kept[i].metrics);
     free(r->kept);
@@ -406,20 +407,83 @@ int mt__run_supersede(mt__rundir *r, int64_t iteration)
     return rc;
 }
 
-/* Remove .checkpoint_*.tmp folders a crash left behind. */
+/* Remove .checkpoint_*.tmp folders a crash left behind, and .drop folders it left
+ * half removed. */
 void mt__run_remove_leftovers(const mt__rundir *r)
 {
     DIR *d = opendir(r->dir);
     struct dirent *e;
     while (d && (e = readdir(d))) {
         size_t n = strlen(e->d_name);
-        if (!strncmp(e->d_name, ".checkpoint_", 12) && n > 4 && !strcmp(e->d_name + n - 4, ".tmp")) {
+        bool tmp = n > 4 && !strcmp(e->d_name + n - 4, ".tmp");
+        bool drop = n > 5 && !strcmp(e->d_name + n - 5, ".drop");
+        if (!strncmp(e->d_name, ".checkpoint_", 12) && (tmp || drop)) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", r->dir, e->d_name);
-            printf("mpitrain: removing %s, a checkpoint a crash left unfinished\n", path);
+            printf("mpitrain: removing %s, a checkpoint %s\n", path,
+                   tmp ? "a crash left unfinished" : "retention dropped");
             mt__rmtree(path);
         }
     }
     if (d)
         closedir(d);
+}
+
+typedef struct {
+    char **paths;
+    int n;
+} reap_job;
+
+static void *reap_main(void *arg)
+{
+    reap_job *j = arg;
+    for (int i = 0; i < j->n; i++) {
+        if (mt__rmtree(j->paths[i]))
+            fprintf(stderr, "mpitrain: warning: %s (the next start removes it)\n", mt_last_error());
+        free(j->paths[i]);
+    }
+    free(j->paths);
+    free(j);
+    return NULL;
+}
+
+void mt__run_reap_wait(mt__rundir *r)
+{
+    if (r->reaping) {
+        pthread_join(r->reaper, NULL);
+        r->reaping = false;
+    }
+}
+
+int mt__run_drop(mt__rundir *r, const char *const *names, int n)
+{
+    mt__run_reap_wait(r);
+    if (n == 0)
+        return MT_OK;
+    reap_job *j = calloc(1, sizeof *j);
+    if (j)
+        j->paths = calloc((size_t)n, sizeof *j->paths);
+    int rc = j && j->paths ? MT_OK : mt__error(MT_ENOMEM, "out of memory dropping checkpoints");
+    for (int i = 0; i < n && !rc; i++) {
+        char from[4096], to[4096];
+        snprintf(from, sizeof from, "%s/%s", r->dir, names[i]);
+        snprintf(to, sizeof to, "%s/.%s.drop", r->dir, names[i]);
+        if (rename(from, to) != 0 && errno != ENOENT)
+            rc = mt__error(MT_EIO, "cannot remove %s: %s", from, strerror(errno));
+        else if (!(j->paths[j->n++] = mt__strdup(to)))
+            rc = mt__error(MT_ENOMEM, "out of memory dropping checkpoints");
+    }
+    if (!rc && pthread_create(&r->reaper, NULL, reap_main, j) == 0) {
+        r->reaping = true;
+        return MT_OK;
+    }
+    for (int i = 0; j && j->paths && i < j->n; i++) { /* no thread: remove them here */
+        if (j->paths[i] && !rc)
+            rc = mt__rmtree(j->paths[i]);
+        free(j->paths[i]);
+    }
+    if (j)
+        free(j->paths);
+    free(j);
+    return rc;
 }

@@ -8,6 +8,7 @@
 #include "../collectives/collectives.h"
 #include "../io/io.h"
 
+#include <pthread.h>
 #include <jansson.h>
 #include <signal.h>
 
@@ -55,6 +56,8 @@ typedef struct {
     char **csv_keys;
     int ncsv;
     FILE *result, *csv;
+    pthread_t reaper;        /* removing checkpoints retention dropped */
+    bool reaping;
 } mt__rundir;
 int mt__mkdirs(const char *path);
 int mt__fsync_dir(const char *path);
@@ -70,6 +73,11 @@ void mt__run_close_logs(mt__rundir *r);
 int mt__run_append(mt__rundir *r, json_t *row);
 int mt__run_supersede(mt__rundir *r, int64_t iteration);
 void mt__run_remove_leftovers(const mt__rundir *r);
+/* Retention's drops: each checkpoint folder is renamed to .NAME.drop at once (run.json no
+ * longer lists it), then removed by a thread while training goes on; the next drop, and
+ * mt__run_free, wait for it. A crash leaves .drop folders that the next start removes. */
+int mt__run_drop(mt__rundir *r, const char *const *names, int n);
+void mt__run_reap_wait(mt__rundir *r);
 
 /* Retention: which kept checkpoints to delete now (Ray Train's rules; see DESIGN.md).
  * Fills drop[i] for each kept entry. */
@@ -133,6 +141,9 @@ struct mt_context {
     const mt__dataset_spec *specs; /* borrowed from the trainer */
     int nspecs;
     mt_shard **shards;            /* opened by mt_get_dataset_shard, closed with the context */
+    char *ck_buf;                 /* rank 0's checkpoint staging buffer, kept across commits:
+                                     fresh pages cost a fault each, on some machines more
+                                     than the copy itself */
     int nshards;
     int world_size, world_rank;
     mt__topology topo;
@@ -167,6 +178,7 @@ void mt__context_set_current(mt_context *c);
 
 /* Close every shard the context opened (collective: HDF5 closes files collectively). */
 void mt__shards_close(mt_context *c);
+void mt__checkpoint_release(mt_context *c); /* the staging buffer */
 
 /* CPUs in the calling thread's affinity mask (1 when it cannot be read). */
 int mt__affinity_cpus(char *list, size_t list_len);
