@@ -54,11 +54,14 @@ wait $job
 if [ -d "$store/$name/checkpoint_000000" ] && [ ! -d "$store/$name/checkpoint_000001" ]; then
     ok "after SIGKILL in a commit: checkpoint_000000 kept, no checkpoint_000001"
 else bad "state after SIGKILL in a commit"; ls -la "$store/$name"; fi
+# and a checkpoint retention dropped that a crash left half removed
+mkdir -p "$store/$name/.checkpoint_000007.drop" && echo x >"$store/$name/.checkpoint_000007.drop/checkpoint.h5"
 "$run" 2 "$probe" load "$name" 100 >"$out" 2>"$err"
 rc=$?
 if [ $rc -eq 0 ] && grep -q "checkpoint_000000: ok" "$out" && [ "$(grep -c ': ok$' "$out")" -eq 2 ] \
-    && ! ls -d "$store/$name"/.checkpoint_*.tmp >/dev/null 2>&1; then
-    ok "rerun resumes from checkpoint_000000; the half-written one is removed"
+    && ! ls -d "$store/$name"/.checkpoint_*.tmp >/dev/null 2>&1 \
+    && [ ! -e "$store/$name/.checkpoint_000007.drop" ]; then
+    ok "rerun resumes from checkpoint_000000; the half-written one and a dropped one are removed"
 else bad "resume after the crash (exit $rc)"; fi
 
 finish
