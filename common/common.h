@@ -56,6 +56,10 @@ char *mt__strdup(const char *s);
 const char *mt__dtype_name(int dtype);
 const char *mt__op_name(int op);
 
+/* x as text that strtod reads back to x: the shortest of 15 or 17 significant digits,
+ * always with a '.' or an exponent; "nan"/"inf" for those. Returns the length. */
+int mt__fmt_double(char out[32], double x);
+
 /* Wall-clock seconds (monotonic). */
 double mt__now(void);
 

@@ -214,6 +214,113 @@ int mt__run_load(mt__rundir *r, const char *dir)
 
 /* ------------------------------------------------------------ result.json, progress.csv */
 
+/* A report line is written on every mt_report: jansson's dump formats reals with
+ * printf("%.17g"), half a microsecond each, so rows are serialised here with
+ * mt__fmt_double (same values on reading, shorter text). */
+typedef struct {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} text;
+
+static void put(text *t, const char *s, size_t n)
+{
+    if (t->oom)
+        return;
+    if (t->n + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 512;
+        while (cap < t->n + n + 1)
+            cap *= 2;
+        char *p = realloc(t->p, cap);
+        if (!p) {
+            t->oom = true;
+            return;
+        }
+        t->p = p;
+        t->cap = cap;
+    }
+    memcpy(t->p + t->n, s, n);
+    t->n += n;
+    t->p[t->n] = '\0';
+}
+
+static void put_string(text *t, const char *s)
+{
+    put(t, "\"", 1);
+    const char *run = s;
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch >= 0x20 && ch != '"' && ch != '\\')
+            continue;
+        put(t, run, (size_t)(s - run));
+        char esc[8];
+        switch (ch) {
+        case '"': put(t, "\\\"", 2); break;
+        case '\\': put(t, "\\\\", 2); break;
+        case '\n': put(t, "\\n", 2); break;
+        case '\t': put(t, "\\t", 2); break;
+        case '\r': put(t, "\\r", 2); break;
+        default:
+            snprintf(esc, sizeof esc, "\\u%04x", ch);
+            put(t, esc, 6);
+        }
+        run = s + 1;
+    }
+    put(t, run, (size_t)(s - run));
+    put(t, "\"", 1);
+}
+
+static void put_i64(text *t, long long v)
+{
+    char b[24], *e = b + sizeof b, *p = e;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--p = '-';
+    put(t, p, (size_t)(e - p));
+}
+
+static void put_json(text *t, json_t *v)
+{
+    char b[32];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *key;
+        json_t *x;
+        bool first = true;
+        put(t, "{", 1);
+        json_object_foreach(v, key, x)
+        {
+            if (!first)
+                put(t, ",", 1);
+            first = false;
+            put_string(t, key);
+            put(t, ":", 1);
+            put_json(t, x);
+        }
+        put(t, "}", 1);
+        break;
+    }
+    case JSON_ARRAY:
+        put(t, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i)
+                put(t, ",", 1);
+            put_json(t, json_array_get(v, i));
+        }
+        put(t, "]", 1);
+        break;
+    case JSON_STRING: put_string(t, json_string_value(v)); break;
+    case JSON_INTEGER: put_i64(t, (long long)json_integer_value(v)); break;
+    case JSON_REAL: put(t, b, (size_t)mt__fmt_double(b, json_real_value(v))); break;
+    case JSON_TRUE: put(t, "true", 4); break;
+    case JSON_FALSE: put(t, "false", 5); break;
+    default: put(t, "null", 4); break;
+    }
+}
+
 static void csv_value(FILE *f, json_t *v)
 {
     if (!v)
@@ -232,8 +339,10 @@ static void csv_value(FILE *f, json_t *v)
             fputs(s, f);
     } else if (json_is_integer(v))
         fprintf(f, "%lld", (long long)json_integer_value(v));
-    else if (json_is_real(v))
-        fprintf(f, "%.17g", json_real_value(v));
+    else if (json_is_real(v)) {
+        char b[32];
+        fwrite(b, 1, (size_t)mt__fmt_double(b, json_real_value(v)), f);
+    }
     else if (json_is_boolean(v))
         fputs(json_is_true(v) ? "true" : "false", f);
 }
@@ -339,11 +448,15 @@ int mt__run_open_logs(mt__rundir *r)
 
 int mt__run_append(mt__rundir *r, json_t *row)
 {
-    char *line = json_dumps(row, JSON_COMPACT);
-    if (!line)
+    text t = {0};
+    put_json(&t, row);
+    put(&t, "\n", 1);
+    if (t.oom) {
+        free(t.p);
         return mt__error(MT_ENOMEM, "out of memory writing result.json");
-    int bad = fprintf(r->result, "%s\n", line) < 0 || fflush(r->result) != 0;
-    free(line);
+    }
+    int bad = fwrite(t.p, 1, t.n, r->result) != t.n || fflush(r->result) != 0;
+    free(t.p);
     if (bad)
         return mt__error(MT_EIO, "%s/result.json: write failed: %s", r->dir, strerror(errno));
     bool grew = false;

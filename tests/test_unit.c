@@ -394,7 +394,55 @@ static void test_retention_vectors(void)
     MT_ASSERT_STR_EQ(got, "1,4");
 }
 
+/* mt__fmt_double: every text reads back to the same double (strtod), has a '.' or an
+ * exponent, is never longer than %.17g, and is the short form where one exists. */
+static void check_fmt(double x, int *bad)
+{
+    char s[32], ref[40];
+    int n = mt__fmt_double(s, x);
+    double back = strtod(s, NULL);
+    bool same = isnan(x) ? isnan(back) : memcmp(&back, &x, sizeof x) == 0;
+    int rn = snprintf(ref, sizeof ref, "%.17g", x);
+    if (!same || n != (int)strlen(s) || !strpbrk(s, ".en") || n > rn + 2) {
+        if (*bad < 5)
+            fprintf(stderr, "fmt: %a printed as '%s' (%%.17g: %s)\n", x, s, ref);
+        ++*bad;
+    }
+}
+
+static void test_format_doubles(void)
+{
+    struct { double x; const char *want; } exact[] = {
+        {0.1, "0.1"}, {1.5, "1.5"}, {3.0, "3.0"}, {100.0, "100.0"}, {-2.25, "-2.25"},
+        {1234567.0, "1234567.0"}, {0.30000000000000004, "0.30000000000000004"},
+        {1e20, "1.0e+20"}, {1e-7, "1.0e-07"}, {0.001, "0.001"}, {0.0, "0.0"},
+        {-0.0, "-0.0"}, {1.0 / 3, "0.33333333333333331"}, {123456789012345678.0, "1.2345678901234568e+17"},
+    };
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
+        char s[32];
+        mt__fmt_double(s, exact[i].x);
+        MT_ASSERT_STR_EQ(s, exact[i].want);
+    }
+    int bad = 0;
+    double specials[] = {NAN, INFINITY, -INFINITY, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308,
+                         1e-11, 1e43, 9.999999999999999e14, 1e15, 999999999999999.9, 0.5, 1e22, 1e23};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        check_fmt(specials[i], &bad);
+    uint64_t z = 42;
+    for (int i = 0; i < 300000; i++) {
+        z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint64_t bits = z ^ (z >> 29);
+        double x;
+        memcpy(&x, &bits, sizeof x);
+        check_fmt(x, &bad);                                       /* any bit pattern */
+        check_fmt(ldexp((double)(bits >> 11), -53) * pow(10, (int)(bits % 40) - 12), &bad);
+        check_fmt((double)i * 0.001 + (double)(bits % 9), &bad); /* metric-like */
+    }
+    MT_ASSERT_INT_EQ(bad, 0);
+}
+
 static const mt_test tests[] = {
+    {"format_doubles", test_format_doubles},
     {"metrics", test_metrics},
     {"retention_vectors", test_retention_vectors},
     {"error_table", test_error_table},
