@@ -118,6 +118,10 @@ int mt__gather_bytes_max(mt__comm *c, const void *send, size_t len, size_t max_l
                          size_t **lens);
 int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root);
 int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t chunk);
+/* Rank 0 tells every other rank it is done (mt__stream_done); the others wait for that
+ * without holding a CPU (mt__stream_await), so they do not spin while rank 0 writes. */
+int mt__stream_done(mt__comm *c);
+int mt__stream_await(mt__comm *c);
 /* Receives len bytes from `from` in pieces of at most chunk bytes into buf (chunk bytes),
  * calling consume for each piece; after consume fails, drains the rest. */
 int mt__stream_recv(mt__comm *c, int from, size_t len, void *buf, size_t chunk,

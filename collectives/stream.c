@@ -13,8 +13,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-enum { TAG_STREAM = 7001 };
+enum { TAG_STREAM = 7001, TAG_DONE = 7002 };
 
 int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens)
 {
@@ -104,14 +105,56 @@ out:
     return rc;
 }
 
+/* A sender waits while the receiver (rank 0) writes what came before, often for many
+ * milliseconds: spin on MPI_Test for the first 200 us (short waits stay fast), then
+ * sleep 50 us between tests, so a waiting rank leaves its CPU to ranks sharing it. */
+static int wait_politely(MPI_Request *r)
+{
+    double t0 = mt__now();
+    int done = 0;
+    for (;;) {
+        int e = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+        if (e != MPI_SUCCESS)
+            return mt__mpi_error(e, "MPI_Test (stream send)");
+        if (done)
+            return MT_OK;
+        if (mt__now() - t0 > 200e-6) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t chunk)
 {
     int rc = MT_OK;
-    for (size_t off = 0; off < len; off += chunk) {
+    for (size_t off = 0; off < len && !rc; off += chunk) {
         size_t n = len - off < chunk ? len - off : chunk;
-        MT__MPI(MPI_Send((const char *)data + off, (int)n, MPI_BYTE, to, TAG_STREAM, c->comm),
+        MPI_Request r;
+        MT__MPI(MPI_Isend((const char *)data + off, (int)n, MPI_BYTE, to, TAG_STREAM, c->comm,
+                          &r),
                 out);
+        rc = wait_politely(&r);
     }
+out:
+    return rc;
+}
+
+int mt__stream_done(mt__comm *c)
+{
+    int rc = MT_OK, one = 1;
+    for (int r = 1; r < c->size; r++)
+        MT__MPI(MPI_Send(&one, 1, MPI_INT, r, TAG_DONE, c->comm), out);
+out:
+    return rc;
+}
+
+int mt__stream_await(mt__comm *c)
+{
+    int rc = MT_OK, got = 0;
+    MPI_Request r;
+    MT__MPI(MPI_Irecv(&got, 1, MPI_INT, 0, TAG_DONE, c->comm, &r), out);
+    rc = wait_politely(&r);
 out:
     return rc;
 }

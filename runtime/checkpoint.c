@@ -554,8 +554,10 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
     *agreed = false; /* from here each rank has its own status; the report agrees on it */
     if (c->world_rank != 0) {
         rc = send_parts(c, ck);
+        /* then wait, off the CPU, while rank 0 finishes the file and publishes it */
+        int e = mt__stream_await(c->comm);
         free(mine), free(all), free(fdesc);
-        return rc;
+        return rc ? rc : e;
     }
     /* rank 0 */
     snprintf(name, len, "checkpoint_%06lld", (long long)run->next_index);
@@ -594,8 +596,9 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
         status = publish(c, run, tmp, name, metrics, iteration);
     else
         mt__rmtree(tmp);
+    int e = mt__stream_done(c->comm); /* on every path: the others wait for it */
     free(rows), free(mine), free(all), free(fdesc), free(allf), free(flens);
-    return status;
+    return status ? status : e;
 }
 
 /* ------------------------------------------------------------ stored checkpoints */
