@@ -133,5 +133,7 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out);
 /* Test hooks: split bucket reductions into chunks of n floats; count buckets. */
 void mt__fusion_set_chunk(size_t n);
 int mt__fusion_buckets(const mt_fusion *f);
+/* Test hook: buckets that pack into a buffer (the others are reduced in place). */
+int mt__fusion_packed_buckets(const mt_fusion *f);
 
 #endif

@@ -21,6 +21,9 @@
  * collective that its peers never join, and then returns the error; tensor contents are
  * unspecified after that step, and the fusion can be used again.
  * Registration (count and sizes) is checked across ranks once, at the first ready or wait.
+ * Tensors that lie end to end in memory in registration order (allocate a model's
+ * gradients as one block) are reduced in place: no packing copy and no unpacking copy.
+ * With one rank nothing moves at all.
  */
 #include "collectives.h"
 
@@ -41,7 +44,10 @@ typedef struct {
     int first, n;         /* tensors [first, first + n) */
     size_t elems;
     int unready;          /* tensors not yet ready this step */
-    float *buf;           /* packing buffer; NULL when the bucket is one tensor */
+    float *buf;           /* packing buffer; NULL when the tensors already lie end to end
+                             in registration order (one tensor, or one allocation): then
+                             the bucket is reduced in place from base */
+    float *base;
 } bucket;
 
 struct mt_fusion {
@@ -72,13 +78,32 @@ static size_t fusion_chunk = INT_MAX;
 
 static float *bucket_data(const mt_fusion *f, const bucket *b)
 {
-    return b->buf ? b->buf : f->t[b->first].ptr;
+    return b->buf ? b->buf : b->base;
+}
+
+/* dst = src * s (dst == src allowed), vectorised whatever the -O level: the averaging
+ * pass touches every gradient float once per step. */
+__attribute__((optimize("tree-vectorize"))) static void scale_into(float *dst,
+                                                                   const float *src,
+                                                                   size_t n, float s)
+{
+    if (dst == src) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] *= s;
+        return;
+    }
+    float *restrict d = dst;
+    const float *restrict x = src;
+    for (size_t i = 0; i < n; i++)
+        d[i] = x[i] * s;
 }
 
 /* Pack and sum one bucket across ranks (blocking). */
 static int reduce_bucket(mt_fusion *f, bucket *b)
 {
     int rc = MT_OK;
+    if (f->comm->size == 1) /* the sum over one rank is the tensor itself */
+        return MT_OK;
     for (int k = b->first; k < b->first + b->n && b->buf; k++)
         if (f->t[k].count)
             memcpy(b->buf + f->t[k].offset, f->t[k].ptr, f->t[k].count * sizeof(float));
@@ -277,7 +302,19 @@ static int check_registration(mt_fusion *f)
         bucket *b = &f->b[i];
         elems += b->elems;
         b->unready = b->n;
-        if (b->n > 1 && b->elems && !(b->buf = malloc(b->elems * sizeof(float))))
+        /* end to end in memory (zero-size tensors aside): reduce in place, no copies */
+        float *next = NULL;
+        bool adjacent = true;
+        for (int k = b->first; k < b->first + b->n; k++) {
+            if (!f->t[k].count)
+                continue;
+            if (!b->base)
+                b->base = f->t[k].ptr;
+            else if (f->t[k].ptr != next)
+                adjacent = false;
+            next = f->t[k].ptr + f->t[k].count;
+        }
+        if (!adjacent && f->comm->size > 1 && !(b->buf = malloc(b->elems * sizeof(float))))
             rc = mt__error(MT_ENOMEM, "out of memory for a fusion bucket of %zu floats",
                            b->elems);
     }
@@ -342,20 +379,16 @@ int mt_fusion_wait(mt_fusion *f)
         snprintf(msg, sizeof msg, "%s", f->thread_msg);
     }
     float scale = 1.0f / (float)f->comm->size;
-    for (int i = 0; i < f->nb && !rc; i++) {
+    for (int i = 0; i < f->nb && !rc && f->comm->size > 1; i++) {
         bucket *b = &f->b[i];
         if (!b->buf) {
-            float *data = bucket_data(f, b);
-            for (size_t k = 0; k < b->elems; k++)
-                data[k] *= scale;
+            if (b->base)
+                scale_into(b->base, b->base, b->elems, scale);
             continue;
         }
-        for (int k = b->first; k < b->first + b->n; k++) {
-            const float *src = b->buf + f->t[k].offset;
-            float *dst = f->t[k].ptr;
-            for (size_t e = 0; e < f->t[k].count; e++) /* unpack and average in one pass */
-                dst[e] = src[e] * scale;
-        }
+        for (int k = b->first; k < b->first + b->n; k++) /* unpack and average in one pass */
+            if (f->t[k].count)
+                scale_into(f->t[k].ptr, b->buf + f->t[k].offset, f->t[k].count, scale);
     }
     for (int i = 0; i < f->nt; i++)
         f->t[i].ready = false;
@@ -375,4 +408,12 @@ void mt__fusion_set_chunk(size_t n)
 int mt__fusion_buckets(const mt_fusion *f)
 {
     return f ? f->nb : 0;
+}
+
+int mt__fusion_packed_buckets(const mt_fusion *f)
+{
+    int n = 0;
+    for (int i = 0; f && i < f->nb; i++)
+        n += f->b[i].buf != NULL;
+    return n;
 }

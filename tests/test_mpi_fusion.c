@@ -106,6 +106,48 @@ static void test_uneven_sizes_and_big_tensors(void)
     mt__comm_destroy(&c);
 }
 
+/* Tensors cut from one allocation, registered in address order, are reduced in place;
+ * registered out of order they are packed; both average correctly. */
+static void block_case(mt__comm *c, bool in_order)
+{
+    size_t sizes[] = {100, 0, 250, 4000, 7, 60000}, total = 0;
+    for (int k = 0; k < 6; k++)
+        total += sizes[k];
+    float *block = malloc(total * sizeof(float));
+    tensors t = {6, sizes, calloc(6, sizeof(float *)), calloc(6, sizeof(int))};
+    size_t off = 0;
+    for (int k = 0; k < 6; k++) {
+        t.data[k] = block + off;
+        off += sizes[k];
+    }
+    if (!in_order) { /* tensors 3 and 4 swap places in memory: {4000, 7} is not end to end */
+        t.data[4] = block + 350;
+        t.data[3] = block + 357;
+    }
+    mt_fusion *f = fusion_of(c, &t, 16384); /* {100, 0, 250} {4000, 7} {60000} */
+    for (int step = 0; step < 3; step++) {
+        fill(&t, c->rank, step);
+        for (int k = 5; k >= 0; k--)
+            MT_ASSERT_INT_EQ(mt_fusion_ready(f, k), MT_OK);
+        MT_ASSERT_INT_EQ(mt_fusion_wait(f), MT_OK);
+        MT_ASSERT_INT_EQ(wrong(&t, c->size, step), 0);
+    }
+    MT_ASSERT_INT_EQ(mt__fusion_buckets(f), 3);
+    MT_ASSERT_INT_EQ(mt__fusion_packed_buckets(f), in_order || c->size == 1 ? 0 : 1);
+    mt_fusion_destroy(&f);
+    free(t.data);
+    free(t.idx);
+    free(block);
+}
+
+static void test_tensors_in_one_block(void)
+{
+    mt__comm *c = comm();
+    block_case(c, true);
+    block_case(c, false);
+    mt__comm_destroy(&c);
+}
+
 static void next_permutation(int *p, int n)
 {
     int i = n - 2;
@@ -249,6 +291,7 @@ static void test_bucket_size_from_environment(void)
 }
 
 static const mt_test tests[] = {
+    {"tensors_in_one_block", test_tensors_in_one_block},
     {"uneven_sizes_and_big_tensors", test_uneven_sizes_and_big_tensors},
     {"every_ready_order", test_every_ready_order},
     {"chunked_reductions", test_chunked_reductions},

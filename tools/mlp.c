@@ -36,15 +36,27 @@ int mlp_init(model *m, uint64_t seed)
 {
     memset(m, 0, sizeof *m);
     uint64_t s = seed * 7919 + 1;
+    /* all gradients in one block, in the order they are registered with mt_fusion (last
+     * layer first, weights then biases), so the fusion reduces them in place */
+    size_t total = 0;
+    for (int l = 0; l < NL; l++)
+        total += mlp_wsize(l) + (size_t)mlp_sizes[l + 1];
+    if (!(m->grad = calloc(total, sizeof(float))))
+        return MT_ENOMEM;
+    float *g = m->grad;
+    for (int l = NL - 1; l >= 0; l--) {
+        m->gw[l] = g;
+        g += mlp_wsize(l);
+        m->gb[l] = g;
+        g += mlp_sizes[l + 1];
+    }
     for (int l = 0; l < NL; l++) {
         size_t n = mlp_wsize(l), o = (size_t)mlp_sizes[l + 1];
         m->w[l] = malloc(n * sizeof(float));
-        m->gw[l] = calloc(n, sizeof(float));
         m->vw[l] = calloc(n, sizeof(float));
         m->b[l] = calloc(o, sizeof(float));
-        m->gb[l] = calloc(o, sizeof(float));
         m->vb[l] = calloc(o, sizeof(float));
-        if (!m->w[l] || !m->gw[l] || !m->vw[l] || !m->b[l] || !m->gb[l] || !m->vb[l])
+        if (!m->w[l] || !m->vw[l] || !m->b[l] || !m->vb[l])
             return MT_ENOMEM;
         float scale = sqrtf(2.0f / (float)mlp_sizes[l]); /* He initialisation */
         for (size_t i = 0; i < n; i++)
@@ -72,9 +84,10 @@ int mlp_reserve(model *m, size_t rows)
 void mlp_free(model *m)
 {
     for (int l = 0; l < NL; l++) {
-        free(m->w[l]), free(m->gw[l]), free(m->vw[l]);
-        free(m->b[l]), free(m->gb[l]), free(m->vb[l]);
+        free(m->w[l]), free(m->vw[l]);
+        free(m->b[l]), free(m->vb[l]);
     }
+    free(m->grad);
     for (int l = 0; l <= NL; l++)
         free(m->act[l]), free(m->delta[l]);
 }

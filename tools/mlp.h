@@ -11,7 +11,8 @@ extern const int mlp_sizes[NL + 1];
 
 typedef struct {
     float *w[NL], *b[NL];       /* weights (out x in), biases */
-    float *gw[NL], *gb[NL];     /* gradients */
+    float *gw[NL], *gb[NL];     /* gradients: pointers into grad */
+    float *grad;                /* one block: gw[2], gb[2], gw[1], gb[1], gw[0], gb[0] */
     float *vw[NL], *vb[NL];     /* momentum buffers */
     float *act[NL + 1], *delta[NL + 1];
     size_t cap;                 /* rows the activation buffers hold */
