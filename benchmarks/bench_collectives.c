@@ -108,7 +108,9 @@ static void raw_per_tensor(bench *b, void *arg)
         MPI_Allreduce(MPI_IN_PLACE, a->t[i], (int)a->count, MPI_FLOAT, MPI_SUM, b->raw);
 }
 
-/* The floor under any fusion: one MPI_Allreduce of all the tensors' bytes at once. */
+/* One MPI_Allreduce of all the tensors' bytes at once: what the per-tensor calls would
+ * cost with perfect packing and no other overhead (mt_fusion's shared-memory path can
+ * beat it). */
 static void raw_one_call(bench *b, void *arg)
 {
     fusion_arg *a = arg;
@@ -134,7 +136,7 @@ int bench_fusion(bench *b)
     size_t sizes[] = {1024, 4096, 16384, 65536};
     int nsizes = b->quick ? 2 : 4, reps = b->quick ? 3 : 5, rc = MT_OK;
     bench_say(b, "%10s %8s %12s %12s %9s %14s %9s\n", "tensor_B", "tensors", "separate_us",
-              "fused_us", "speedup", "one_call_us", "ceiling");
+              "fused_us", "speedup", "one_call_us", "one_call_x");
     for (int s = 0; s < nsizes && !rc; s++) {
         size_t count = (b->quick && s == 1 ? sizes[2] : sizes[s]) / sizeof(float);
         fusion_arg a = {.n = 256, .count = count};
@@ -166,12 +168,12 @@ int bench_fusion(bench *b)
                       raw_avg / one_avg);
             bench_json(b, "fusion", "\"tensor_bytes\": %zu, \"tensors\": 256, "
                        "\"separate_us\": %.3f, \"fused_us\": %.3f, \"speedup\": %.3f, "
-                       "\"one_call_us\": %.3f, \"ceiling\": %.3f",
+                       "\"one_call_us\": %.3f, \"one_call_speedup\": %.3f",
                        count * 4, raw_avg * 1e6, fu_avg * 1e6, raw_avg / fu_avg,
                        one_avg * 1e6, raw_avg / one_avg);
             if (s == 0 && b->size > 1)
-                bench_say(b, "budget: fused >= 10x faster at 256 x 1 KiB: %.1fx (%s); no fusion "
-                             "can beat one MPI_Allreduce of all the bytes: %.1fx here\n",
+                bench_say(b, "budget: fused >= 10x faster at 256 x 1 KiB: %.1fx (%s); one "
+                             "MPI_Allreduce of all the bytes would be %.1fx\n",
                           raw_avg / fu_avg, raw_avg / fu_avg >= 10 ? "met" : "NOT met",
                           raw_avg / one_avg);
             rc = a.rc;

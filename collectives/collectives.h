@@ -135,5 +135,7 @@ void mt__fusion_set_chunk(size_t n);
 int mt__fusion_buckets(const mt_fusion *f);
 /* Test hook: buckets that pack into a buffer (the others are reduced in place). */
 int mt__fusion_packed_buckets(const mt_fusion *f);
+/* Test hook: reductions go through the node's shared-memory window. */
+bool mt__fusion_shared(const mt_fusion *f);
 
 #endif

@@ -21,6 +21,13 @@
  * collective that its peers never join, and then returns the error; tensor contents are
  * unspecified after that step, and the fusion can be used again.
  * Registration (count and sizes) is checked across ranks once, at the first ready or wait.
+ * When every rank is on one node, buckets are summed through a shared-memory window
+ * instead of MPI_Allreduce (MT_FUSION_SHM=0 turns that off): each rank copies its part
+ * of a chunk straight from its tensors into its slot; after a barrier rank r adds up
+ * segment r of every slot in rank order and stores it in its own slot; after a second
+ * barrier every rank copies all segments, averaged, straight back into its tensors. No
+ * packing buffer, no MPI message copies, and every rank gets bit-identical sums. Two sets
+ * of slots alternate, so two barriers a chunk suffice.
  * Tensors that lie end to end in memory in registration order (allocate a model's
  * gradients as one block) are reduced in place: no packing copy and no unpacking copy.
  * With one rank nothing moves at all.
@@ -48,6 +55,7 @@ typedef struct {
                              in registration order (one tensor, or one allocation): then
                              the bucket is reduced in place from base */
     float *base;
+    bool adjacent;        /* its tensors lie end to end from base */
 } bucket;
 
 struct mt_fusion {
@@ -72,6 +80,13 @@ struct mt_fusion {
     bool closing;         /* the wait reduces what the thread has not taken */
     int thread_rc;
     char thread_msg[MT__MSG_LEN];
+    /* shared-memory reduction (every rank on one node) */
+    bool shm;
+    MPI_Comm node;        /* owned: barriers */
+    MPI_Win win;
+    float **slot;         /* [set * size + rank]: each rank's slot in both sets */
+    size_t slot_elems;
+    int set;
 };
 
 static size_t fusion_chunk = INT_MAX;
@@ -98,12 +113,114 @@ __attribute__((optimize("tree-vectorize"))) static void scale_into(float *dst,
         d[i] = x[i] * s;
 }
 
+/* Visits the pieces of bucket b's tensors that cover flat elements [from, from + n):
+ * fn(tensor data, bucket-relative element, count, arg). */
+static void pieces(const mt_fusion *f, const bucket *b, size_t from, size_t n,
+                   void (*fn)(float *t, size_t at, size_t cnt, void *arg), void *arg)
+{
+    if (b->adjacent) { /* end to end: one piece */
+        fn(b->base + from, from, n, arg);
+        return;
+    }
+    for (int k = b->first; k < b->first + b->n; k++) {
+        const tensor *t = &f->t[k];
+        size_t lo = t->offset > from ? t->offset : from;
+        size_t hi = t->offset + t->count < from + n ? t->offset + t->count : from + n;
+        if (lo < hi)
+            fn(t->ptr + (lo - t->offset), lo, hi - lo, arg);
+    }
+}
+
+typedef struct {
+    float *slot;      /* where element `from` of the chunk goes or comes from */
+    size_t from;
+    float scale;
+} piece_io;
+
+static void copy_in(float *t, size_t at, size_t cnt, void *arg)
+{
+    piece_io *io = arg;
+    memcpy(io->slot + (at - io->from), t, cnt * sizeof(float));
+}
+
+static void copy_out(float *t, size_t at, size_t cnt, void *arg)
+{
+    piece_io *io = arg;
+    scale_into(t, io->slot + (at - io->from), cnt, io->scale);
+}
+
+/* sum = slots[0] + ... + slots[p-1] over n elements, in rank order; sum may be one of the
+ * slots (each block is added up on the stack first) */
+__attribute__((optimize("tree-vectorize"))) static void sum_slots(float *sum, float **slots,
+                                                                  int p, size_t n)
+{
+    enum { BLOCK = 1024 };
+    float acc[BLOCK];
+    for (size_t at = 0; at < n; at += BLOCK) {
+        size_t m = n - at < BLOCK ? n - at : BLOCK;
+        const float *a = slots[0] + at, *b2 = slots[1] + at;
+        for (size_t i = 0; i < m; i++)
+            acc[i] = a[i] + b2[i];
+        for (int q = 2; q < p; q++) {
+            const float *x = slots[q] + at;
+            for (size_t i = 0; i < m; i++)
+                acc[i] += x[i];
+        }
+        memcpy(sum + at, acc, m * sizeof(float));
+    }
+}
+
+static int node_barrier(mt_fusion *f)
+{
+    MPI_Win_sync(f->win);
+    int e = MPI_Barrier(f->node);
+    MPI_Win_sync(f->win);
+    return e == MPI_SUCCESS ? MT_OK : mt__mpi_error(e, "MPI_Barrier (fusion)");
+}
+
+/* Sum bucket b over the node's ranks through the window and average it into the
+ * tensors (blocking; every rank calls it for the same buckets in the same order). */
+static int reduce_shm(mt_fusion *f, bucket *b)
+{
+    int P = f->comm->size, r = f->comm->rank, rc = MT_OK;
+    size_t cap = f->slot_elems < fusion_chunk ? f->slot_elems : fusion_chunk;
+    float scale = 1.0f / (float)P;
+    float **part = malloc((size_t)P * sizeof *part);
+    if (!part)
+        return mt__error(MT_ENOMEM, "out of memory reducing a fusion bucket");
+    for (size_t off = 0; off < b->elems && !rc; off += cap) {
+        size_t m = b->elems - off < cap ? b->elems - off : cap;
+        float **slots = f->slot + (size_t)f->set * (size_t)P;
+        f->set ^= 1;
+        piece_io in = {slots[r], off, 1.0f};
+        pieces(f, b, off, m, copy_in, &in);
+        if ((rc = node_barrier(f)))
+            break;
+        size_t lo = m * (size_t)r / (size_t)P, hi = m * (size_t)(r + 1) / (size_t)P;
+        for (int q = 0; q < P; q++)
+            part[q] = slots[q] + lo;
+        sum_slots(slots[r] + lo, part, P, hi - lo);
+        if ((rc = node_barrier(f)))
+            break;
+        for (int q = 0; q < P; q++) {
+            size_t qlo = m * (size_t)q / (size_t)P, qhi = m * (size_t)(q + 1) / (size_t)P;
+            piece_io out = {slots[q] + qlo, off + qlo, scale};
+            if (qhi > qlo)
+                pieces(f, b, off + qlo, qhi - qlo, copy_out, &out);
+        }
+    }
+    free(part);
+    return rc;
+}
+
 /* Pack and sum one bucket across ranks (blocking). */
 static int reduce_bucket(mt_fusion *f, bucket *b)
 {
     int rc = MT_OK;
     if (f->comm->size == 1) /* the sum over one rank is the tensor itself */
         return MT_OK;
+    if (f->shm)
+        return reduce_shm(f, b);
     for (int k = b->first; k < b->first + b->n && b->buf; k++)
         if (f->t[k].count)
             memcpy(b->buf + f->t[k].offset, f->t[k].ptr, f->t[k].count * sizeof(float));
@@ -202,7 +319,47 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
     f->bucket_elems = bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->cond, NULL);
+    f->node = MPI_COMM_NULL;
+    f->win = MPI_WIN_NULL;
     MT__MPI(MPI_Comm_dup(c->comm, &f->data), fail);
+    const char *shm_env = getenv("MT_FUSION_SHM");
+    if (c->size > 1 && !(shm_env && !strcmp(shm_env, "0"))) {
+        int nsize = 0;
+        MT__MPI(MPI_Comm_split_type(f->data, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &f->node),
+                fail);
+        MPI_Comm_size(f->node, &nsize);
+        int one_node = nsize == c->size, all = 0; /* the same answer on every rank */
+        MT__MPI(MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, f->data), fail);
+        if (all) { /* a shared window needs Open MPI's osc sm: without it, MPI_Allreduce */
+            f->slot_elems = (size_t)1 << 18; /* 1 MiB a slot, two sets */
+            float *mine = NULL;
+            int made = MPI_Win_allocate_shared((MPI_Aint)(2 * f->slot_elems * sizeof(float)),
+                                               sizeof(float), MPI_INFO_NULL, f->node, &mine,
+                                               &f->win) == MPI_SUCCESS;
+            if (!made)
+                f->win = MPI_WIN_NULL;
+            MT__MPI(MPI_Allreduce(&made, &all, 1, MPI_INT, MPI_MIN, f->data), fail);
+            if (!all && made)
+                f->win = MPI_WIN_NULL; /* freeing it is collective: leave it */
+            MT__CHECK(all || !made, MT_EMPI, fail, "MPI_Win_allocate_shared failed on some "
+                                                   "ranks only (set MT_FUSION_SHM=0)");
+        }
+        if (all) {
+            f->slot = calloc((size_t)2 * (size_t)c->size, sizeof *f->slot);
+            MT__CHECK(f->slot, MT_ENOMEM, fail, "out of memory creating a fusion");
+            for (int q = 0; q < c->size; q++) {
+                MPI_Aint size;
+                int disp;
+                float *base = NULL;
+                MT__MPI(MPI_Win_shared_query(f->win, q, &size, &disp, &base), fail);
+                f->slot[q] = base;                          /* set 0 */
+                f->slot[c->size + q] = base + f->slot_elems; /* set 1 */
+            }
+            MT__MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, f->win), fail);
+            f->shm = true;
+        } else
+            MPI_Comm_free(&f->node);
+    }
     int level = 0;
     MPI_Query_thread(&level);
     if (level >= MPI_THREAD_MULTIPLE) {
@@ -234,6 +391,14 @@ void mt_fusion_destroy(mt_fusion **fp)
     }
     pthread_mutex_destroy(&f->lock);
     pthread_cond_destroy(&f->cond);
+    if (f->win != MPI_WIN_NULL) {
+        if (f->shm)
+            MPI_Win_unlock_all(f->win);
+        MPI_Win_free(&f->win);
+    }
+    free(f->slot);
+    if (f->node != MPI_COMM_NULL)
+        MPI_Comm_free(&f->node);
     if (f->data != MPI_COMM_NULL)
         MPI_Comm_free(&f->data);
     for (int i = 0; i < f->nb; i++)
@@ -314,7 +479,9 @@ static int check_registration(mt_fusion *f)
                 adjacent = false;
             next = f->t[k].ptr + f->t[k].count;
         }
-        if (!adjacent && f->comm->size > 1 && !(b->buf = malloc(b->elems * sizeof(float))))
+        b->adjacent = adjacent && b->base;
+        if (!adjacent && f->comm->size > 1 && !f->shm &&
+            !(b->buf = malloc(b->elems * sizeof(float))))
             rc = mt__error(MT_ENOMEM, "out of memory for a fusion bucket of %zu floats",
                            b->elems);
     }
@@ -379,7 +546,7 @@ int mt_fusion_wait(mt_fusion *f)
         snprintf(msg, sizeof msg, "%s", f->thread_msg);
     }
     float scale = 1.0f / (float)f->comm->size;
-    for (int i = 0; i < f->nb && !rc && f->comm->size > 1; i++) {
+    for (int i = 0; i < f->nb && !rc && f->comm->size > 1 && !f->shm; i++) {
         bucket *b = &f->b[i];
         if (!b->buf) {
             if (b->base)
@@ -416,4 +583,9 @@ int mt__fusion_packed_buckets(const mt_fusion *f)
     for (int i = 0; f && i < f->nb; i++)
         n += f->b[i].buf != NULL;
     return n;
+}
+
+bool mt__fusion_shared(const mt_fusion *f)
+{
+    return f && f->shm;
 }

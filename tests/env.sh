@@ -7,7 +7,7 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy
 # a laptop or CI box has no high-speed network: keep Open MPI from probing for one
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader,tcp}
 export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
-export OMPI_MCA_osc=${OMPI_MCA_osc:-pt2pt}
+export OMPI_MCA_osc=${OMPI_MCA_osc:-sm,pt2pt}
 # Open MPI leaks at MPI_Finalize; tests/lsan.supp names only its libraries, and needs
 # full stacks to match them.
 supp="${top_srcdir:-.}/tests/lsan.supp"
