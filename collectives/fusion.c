@@ -21,8 +21,10 @@
  * collective that its peers never join, and then returns the error; tensor contents are
  * unspecified after that step, and the fusion can be used again.
  * Registration (count and sizes) is checked across ranks once, at the first ready or wait.
- * When every rank is on one node, buckets are summed through a shared-memory window
- * instead of MPI_Allreduce (MT_FUSION_SHM=0 turns that off): each rank copies its part
+ * When every rank is on one node, buckets are summed through a POSIX shared-memory
+ * segment instead of MPI_Allreduce (MT_FUSION_SHM=0 turns that off). Not an MPI window:
+ * freeing one is collective, and a rank that leaves training with an error destroys its
+ * fusion while the others still wait in an agreement; unmapping is local. Each rank copies its part
  * of a chunk straight from its tensors into its slot; after a barrier rank r adds up
  * segment r of every slot in rank order and stores it in its own slot; after a second
  * barrier every rank copies all segments, averaged, straight back into its tensors. No
@@ -34,11 +36,14 @@
  */
 #include "collectives.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct {
     float *ptr;
@@ -83,7 +88,8 @@ struct mt_fusion {
     /* shared-memory reduction (every rank on one node) */
     bool shm;
     MPI_Comm node;        /* owned: barriers */
-    MPI_Win win;
+    float *seg;           /* mapped segment: [set][rank][slot_elems] */
+    size_t seg_bytes;
     float **slot;         /* [set * size + rank]: each rank's slot in both sets */
     size_t slot_elems;
     int set;
@@ -172,10 +178,57 @@ __attribute__((optimize("tree-vectorize"))) static void sum_slots(float *sum, fl
 
 static int node_barrier(mt_fusion *f)
 {
-    MPI_Win_sync(f->win);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     int e = MPI_Barrier(f->node);
-    MPI_Win_sync(f->win);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     return e == MPI_SUCCESS ? MT_OK : mt__mpi_error(e, "MPI_Barrier (fusion)");
+}
+
+/* Collective over f->data: map one segment on every rank (rank 0 creates it and removes
+ * its name once all have it open). Sets f->shm when every rank mapped it. */
+static int map_segment(mt_fusion *f, int size, int rank)
+{
+    int rc = MT_OK;
+    static int counter;
+    char name[64] = "";
+    f->slot_elems = (size_t)1 << 18; /* 1 MiB a slot, two sets */
+    f->seg_bytes = 2 * (size_t)size * f->slot_elems * sizeof(float);
+    int fd = -1;
+    if (rank == 0) {
+        snprintf(name, sizeof name, "/mpitrain-fusion-%d-%d", (int)getpid(), counter++);
+        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd >= 0 && ftruncate(fd, (off_t)f->seg_bytes) != 0) {
+            close(fd);
+            shm_unlink(name);
+            fd = -1;
+        }
+        if (fd < 0)
+            name[0] = '\0';
+    }
+    MT__MPI(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, f->data), out);
+    if (rank != 0 && name[0])
+        fd = shm_open(name, O_RDWR, 0600);
+    void *p = fd >= 0 ? mmap(NULL, f->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                      : MAP_FAILED;
+    if (fd >= 0)
+        close(fd);
+    int mapped = p != MAP_FAILED, all = 0;
+    MT__MPI(MPI_Allreduce(&mapped, &all, 1, MPI_INT, MPI_MIN, f->data), out);
+    if (rank == 0 && name[0])
+        shm_unlink(name); /* every rank has it open or has given up */
+    if (!all) {
+        if (mapped)
+            munmap(p, f->seg_bytes);
+        goto out;
+    }
+    f->seg = p;
+    f->slot = calloc((size_t)2 * (size_t)size, sizeof *f->slot);
+    MT__CHECK(f->slot, MT_ENOMEM, out, "out of memory creating a fusion");
+    for (int i = 0; i < 2 * size; i++)
+        f->slot[i] = f->seg + (size_t)i * f->slot_elems;
+    f->shm = true;
+out:
+    return rc;
 }
 
 /* Sum bucket b over the node's ranks through the window and average it into the
@@ -320,7 +373,6 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->cond, NULL);
     f->node = MPI_COMM_NULL;
-    f->win = MPI_WIN_NULL;
     MT__MPI(MPI_Comm_dup(c->comm, &f->data), fail);
     const char *shm_env = getenv("MT_FUSION_SHM");
     if (c->size > 1 && !(shm_env && !strcmp(shm_env, "0"))) {
@@ -330,34 +382,9 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
         MPI_Comm_size(f->node, &nsize);
         int one_node = nsize == c->size, all = 0; /* the same answer on every rank */
         MT__MPI(MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, f->data), fail);
-        if (all) { /* a shared window needs Open MPI's osc sm: without it, MPI_Allreduce */
-            f->slot_elems = (size_t)1 << 18; /* 1 MiB a slot, two sets */
-            float *mine = NULL;
-            int made = MPI_Win_allocate_shared((MPI_Aint)(2 * f->slot_elems * sizeof(float)),
-                                               sizeof(float), MPI_INFO_NULL, f->node, &mine,
-                                               &f->win) == MPI_SUCCESS;
-            if (!made)
-                f->win = MPI_WIN_NULL;
-            MT__MPI(MPI_Allreduce(&made, &all, 1, MPI_INT, MPI_MIN, f->data), fail);
-            if (!all && made)
-                f->win = MPI_WIN_NULL; /* freeing it is collective: leave it */
-            MT__CHECK(all || !made, MT_EMPI, fail, "MPI_Win_allocate_shared failed on some "
-                                                   "ranks only (set MT_FUSION_SHM=0)");
-        }
-        if (all) {
-            f->slot = calloc((size_t)2 * (size_t)c->size, sizeof *f->slot);
-            MT__CHECK(f->slot, MT_ENOMEM, fail, "out of memory creating a fusion");
-            for (int q = 0; q < c->size; q++) {
-                MPI_Aint size;
-                int disp;
-                float *base = NULL;
-                MT__MPI(MPI_Win_shared_query(f->win, q, &size, &disp, &base), fail);
-                f->slot[q] = base;                          /* set 0 */
-                f->slot[c->size + q] = base + f->slot_elems; /* set 1 */
-            }
-            MT__MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, f->win), fail);
-            f->shm = true;
-        } else
+        if (all && (rc = map_segment(f, c->size, c->rank)))
+            goto fail;
+        if (!f->shm)
             MPI_Comm_free(&f->node);
     }
     int level = 0;
@@ -391,11 +418,8 @@ void mt_fusion_destroy(mt_fusion **fp)
     }
     pthread_mutex_destroy(&f->lock);
     pthread_cond_destroy(&f->cond);
-    if (f->win != MPI_WIN_NULL) {
-        if (f->shm)
-            MPI_Win_unlock_all(f->win);
-        MPI_Win_free(&f->win);
-    }
+    if (f->seg)
+        munmap(f->seg, f->seg_bytes); /* local: no rank waits for another here */
     free(f->slot);
     if (f->node != MPI_COMM_NULL)
         MPI_Comm_free(&f->node);
