@@ -97,15 +97,18 @@ jid=$(MT_TRAINER="$b/tools/trainer" sbatch --parsable --ntasks=2 --output="$tmp/
 d="$tmp/runs/mpitrain-$jid"
 for _ in $(seq 1 600); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.1; done
 scancel --signal=USR1 --batch "$jid"
-state=""; ended=0
+state=""; ended=0; pending=0
 for _ in $(seq 1 $((limit * 5))); do
     state=$(scontrol show job "$jid" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
     [ "$state" = COMPLETED ] && break
     # a requeue passes through CANCELLED or FAILED for a moment: only a lasting one counts
     case "$state" in FAILED|CANCELLED|TIMEOUT) ended=$((ended + 1)) ;; *) ended=0 ;; esac
     [ $ended -ge 75 ] && break
-    # Slurm holds a requeued job back for a while (its begin time); let it start now
-    [ "$state" = PENDING ] && scontrol update JobId="$jid" StartTime=now >/dev/null 2>&1
+    # Slurm holds a requeued job back for a while (its begin time); let it start sooner,
+    # but not at once: a launch credential issued before slurmd has revoked the killed
+    # run's is refused ("Job credential revoked") and the job fails
+    case "$state" in PENDING) pending=$((pending + 1)) ;; *) pending=0 ;; esac
+    [ $pending -ge 15 ] && scontrol update JobId="$jid" StartTime=now >/dev/null 2>&1
     sleep 0.2
 done
 cp "$tmp/job-requeue.out" "$out" 2>/dev/null
