@@ -2,8 +2,9 @@
  * test_mpi_data.c -- under mpirun at 1 to 4 ranks: dataset shards. Every row is delivered
  * exactly once per epoch across ranks (split) or to every rank (replicated), with shuffle
  * on and off, for contiguous, chunked and gzip files and memory-limited streaming; the
- * columns of a row stay together; dtype conversions; every bad input gives the same
- * error on every rank.
+ * columns of a row stay together; dtype conversions, and columns read straight into a
+ * chosen dtype; resident memory while streaming stays near two windows; every bad input
+ * gives the same error on every rank.
  */
 #include "harness.h"
 #include "fixtures.h"

@@ -1,7 +1,8 @@
 /*
  * test_mpi_fusion.c -- under mpirun at 1 to 4 ranks: gradient fusion with uneven tensor
  * sizes, tensors larger than a bucket, zero-size tensors, every ready order, chunked
- * reductions, registration mismatches and failures on one rank.
+ * reductions, registration mismatches and failures on one rank; through shared memory
+ * (the default on one node) and again through MPI_Allreduce.
  */
 #include "harness.h"
 
@@ -81,6 +82,10 @@ static mt_fusion *fusion_of(mt__comm *c, tensors *t, size_t bucket_bytes)
     if (created)
         fprintf(stderr, "mt__fusion_create: %s\n", mt_last_error());
     CU_ASSERT_EQUAL_FATAL(created, MT_OK);
+    /* one node: shared memory unless turned off (a silent fallback would leave that path
+     * untested) */
+    const char *shm = getenv("MT_FUSION_SHM");
+    MT_ASSERT_INT_EQ(mt__fusion_shared(f), c->size > 1 && !(shm && !strcmp(shm, "0")));
     for (int k = 0; k < t->n; k++) {
         t->idx[k] = mt_fusion_add(f, t->data[k], t->sizes[k]);
         MT_ASSERT_INT_EQ(t->idx[k], k);
@@ -295,6 +300,18 @@ static void test_bucket_size_from_environment(void)
     mt__comm_destroy(&c);
 }
 
+/* The same cases with buckets through MPI_Allreduce instead of shared memory. */
+static void test_mpi_allreduce_path(void)
+{
+    setenv("MT_FUSION_SHM", "0", 1);
+    test_tensors_in_one_block();
+    test_uneven_sizes_and_big_tensors();
+    test_every_ready_order();
+    test_chunked_reductions();
+    test_errors_on_one_rank();
+    unsetenv("MT_FUSION_SHM");
+}
+
 static const mt_test tests[] = {
     {"tensors_in_one_block", test_tensors_in_one_block},
     {"uneven_sizes_and_big_tensors", test_uneven_sizes_and_big_tensors},
@@ -303,6 +320,7 @@ static const mt_test tests[] = {
     {"registration_mismatch", test_registration_mismatch},
     {"errors_on_one_rank", test_errors_on_one_rank},
     {"bucket_size_from_environment", test_bucket_size_from_environment},
+    {"mpi_allreduce_path", test_mpi_allreduce_path},
     {NULL, NULL},
 };
 
