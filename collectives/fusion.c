@@ -86,11 +86,11 @@ struct mt_fusion {
     int thread_rc;
     char thread_msg[MT__MSG_LEN];
     /* shared-memory reduction (every rank on one node) */
-    bool shm;
     MPI_Comm node;        /* owned: barriers */
-    float *seg;           /* mapped segment: [set][rank][slot_elems] */
+    float *seg;           /* mapped segment: [set][rank][slot_elems]; NULL: MPI_Allreduce */
     size_t seg_bytes;
     float **slot;         /* [set * size + rank]: each rank's slot in both sets */
+    float **part;         /* scratch: every slot's segment of this rank, size entries */
     size_t slot_elems;
     int set;
 };
@@ -185,7 +185,7 @@ static int node_barrier(mt_fusion *f)
 }
 
 /* Collective over f->data: map one segment on every rank (rank 0 creates it and removes
- * its name once all have it open). Sets f->shm when every rank mapped it. */
+ * its name once all have it open). Sets f->seg when every rank mapped it. */
 static int map_segment(mt_fusion *f, int size, int rank)
 {
     int rc = MT_OK;
@@ -221,12 +221,15 @@ static int map_segment(mt_fusion *f, int size, int rank)
             munmap(p, f->seg_bytes);
         goto out;
     }
-    f->seg = p;
     f->slot = calloc((size_t)2 * (size_t)size, sizeof *f->slot);
-    MT__CHECK(f->slot, MT_ENOMEM, out, "out of memory creating a fusion");
+    f->part = calloc((size_t)size, sizeof *f->part);
+    if (!f->slot || !f->part) {
+        munmap(p, f->seg_bytes);
+        MT__CHECK(false, MT_ENOMEM, out, "out of memory creating a fusion");
+    }
+    f->seg = p;
     for (int i = 0; i < 2 * size; i++)
         f->slot[i] = f->seg + (size_t)i * f->slot_elems;
-    f->shm = true;
 out:
     return rc;
 }
@@ -238,9 +241,7 @@ static int reduce_shm(mt_fusion *f, bucket *b)
     int P = f->comm->size, r = f->comm->rank, rc = MT_OK;
     size_t cap = f->slot_elems < fusion_chunk ? f->slot_elems : fusion_chunk;
     float scale = 1.0f / (float)P;
-    float **part = malloc((size_t)P * sizeof *part);
-    if (!part)
-        return mt__error(MT_ENOMEM, "out of memory reducing a fusion bucket");
+    float **part = f->part;
     for (size_t off = 0; off < b->elems && !rc; off += cap) {
         size_t m = b->elems - off < cap ? b->elems - off : cap;
         float **slots = f->slot + (size_t)f->set * (size_t)P;
@@ -262,7 +263,6 @@ static int reduce_shm(mt_fusion *f, bucket *b)
                 pieces(f, b, off + qlo, qhi - qlo, copy_out, &out);
         }
     }
-    free(part);
     return rc;
 }
 
@@ -272,7 +272,7 @@ static int reduce_bucket(mt_fusion *f, bucket *b)
     int rc = MT_OK;
     if (f->comm->size == 1) /* the sum over one rank is the tensor itself */
         return MT_OK;
-    if (f->shm)
+    if (f->seg)
         return reduce_shm(f, b);
     for (int k = b->first; k < b->first + b->n && b->buf; k++)
         if (f->t[k].count)
@@ -384,7 +384,7 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
         MT__MPI(MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, f->data), fail);
         if (all && (rc = map_segment(f, c->size, c->rank)))
             goto fail;
-        if (!f->shm)
+        if (!f->seg)
             MPI_Comm_free(&f->node);
     }
     int level = 0;
@@ -421,6 +421,7 @@ void mt_fusion_destroy(mt_fusion **fp)
     if (f->seg)
         munmap(f->seg, f->seg_bytes); /* local: no rank waits for another here */
     free(f->slot);
+    free(f->part);
     if (f->node != MPI_COMM_NULL)
         MPI_Comm_free(&f->node);
     if (f->data != MPI_COMM_NULL)
@@ -504,7 +505,7 @@ static int check_registration(mt_fusion *f)
             next = f->t[k].ptr + f->t[k].count;
         }
         b->adjacent = adjacent && b->base;
-        if (!adjacent && f->comm->size > 1 && !f->shm &&
+        if (!adjacent && f->comm->size > 1 && !f->seg &&
             !(b->buf = malloc(b->elems * sizeof(float))))
             rc = mt__error(MT_ENOMEM, "out of memory for a fusion bucket of %zu floats",
                            b->elems);
@@ -570,7 +571,7 @@ int mt_fusion_wait(mt_fusion *f)
         snprintf(msg, sizeof msg, "%s", f->thread_msg);
     }
     float scale = 1.0f / (float)f->comm->size;
-    for (int i = 0; i < f->nb && !rc && f->comm->size > 1 && !f->shm; i++) {
+    for (int i = 0; i < f->nb && !rc && f->comm->size > 1 && !f->seg; i++) {
         bucket *b = &f->b[i];
         if (!b->buf) {
             if (b->base)
@@ -611,5 +612,5 @@ int mt__fusion_packed_buckets(const mt_fusion *f)
 
 bool mt__fusion_shared(const mt_fusion *f)
 {
-    return f && f->shm;
+    return f && f->seg;
 }
