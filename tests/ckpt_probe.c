@@ -8,6 +8,8 @@
  *                                 peak resident memory grew during the commit
  * Storage: MT_STORAGE_PATH.
  */
+#include "harness.h"
+
 #include <mpitrain.h>
 
 #include <stdio.h>
@@ -18,19 +20,6 @@ typedef struct {
     const char *mode;
     long long n;
 } probe;
-
-static long long peak_kib(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long long v = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmHWM:", 6))
-            v = atoll(line + 6);
-    if (f)
-        fclose(f);
-    return v;
-}
 
 static int save(mt_context *c, long long rows, int times)
 {
@@ -86,12 +75,12 @@ static int big(mt_context *c, long long mib)
         return MT_ENOMEM;
     for (size_t i = 0; i < mine; i++)
         part[i] = (unsigned char)i;
-    long long before = peak_kib();
+    long long before = mt_test_status_kib("VmHWM");
     mt_checkpoint *ck = mt_checkpoint_new();
     mt_checkpoint_put(ck, "blob", MT_U8, 2, (size_t[]){mine / 4096, 4096}, part, MT_SHARDED);
     mt_metrics *m = mt_metrics_new();
     int rc = mt_report(c, m, ck);
-    long long after = peak_kib();
+    long long after = mt_test_status_kib("VmHWM");
     if (mt_world_rank(c) == 0)
         printf("ckpt_probe: committed %lld MiB from %d ranks; rank 0 held %zu MiB itself; its "
                "peak resident memory grew by %lld MiB\n", mib, p, mine >> 20,

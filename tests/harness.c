@@ -42,6 +42,20 @@ void (*mt_test_after)(void);
 int mt_test_rank(void) { return rank; }
 int mt_test_size(void) { return size; }
 
+long mt_test_status_kib(const char *field)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    size_t n = strlen(field);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':')
+            v = strtol(line + n + 1, NULL, 10);
+    if (f)
+        fclose(f);
+    return v;
+}
+
 static void print_failures(void)
 {
     for (CU_pFailureRecord f = CU_get_failure_list(); f; f = f->pNext)

@@ -29,6 +29,8 @@ extern void (*mt_test_after)(void);
 const char *mt_test_storage(void);
 
 /* MPI suites: this process's rank and the job's size. */
+/* A line of /proc/self/status in KiB ("VmRSS", "VmHWM"); -1 when it cannot be read. */
+long mt_test_status_kib(const char *field);
 int mt_test_rank(void);
 int mt_test_size(void);
 

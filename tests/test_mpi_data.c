@@ -239,20 +239,6 @@ static void test_once_streaming(void)
 #define WIDE_ROWS 32768      /* x 1 KiB floats = 128 MiB of x */
 #define WIDE_LIMIT (2u << 20)
 
-static long status_kib(const char *field)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = -1;
-    size_t n = strlen(field);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, field, n) && line[n] == ':')
-            v = strtol(line + n + 1, NULL, 10);
-    if (f)
-        fclose(f);
-    return v;
-}
-
 typedef struct {
     long grown_kib;
     int64_t rows, bad;
@@ -266,7 +252,7 @@ static int stream_big(mt_context *c, void *varg)
     if (rc)
         return rc;
     mt_iter_options o = {.batch_size = 64, .shuffle = true, .seed = 2};
-    long base = status_kib("VmRSS");
+    long base = mt_test_status_kib("VmRSS");
     FILE *f = fopen("/proc/self/clear_refs", "w"); /* 5: reset the peak to the current RSS */
     if (f) {
         fputs("5", f);
@@ -284,7 +270,7 @@ static int stream_big(mt_context *c, void *varg)
             a->bad += x[r * 256 + 255] != (float)id[r];
         a->rows += (int64_t)mt_batch_rows(b);
     }
-    a->grown_kib = status_kib("VmHWM") - base;
+    a->grown_kib = mt_test_status_kib("VmHWM") - base;
     return rc;
 }
 
@@ -303,7 +289,7 @@ static void test_streaming_memory(void)
     MT_ASSERT_INT_EQ(a.bad, 0);
     long shard_kib = (long)((int64_t)WIDE_ROWS / P * 1032 / 1024);
     long bound_kib = (long)(WIDE_LIMIT >> 10) + 3 * 1024; /* two windows + 3 MiB */
-    if (status_kib("VmHWM") > 0) {
+    if (mt_test_status_kib("VmHWM") > 0) {
         if (a.grown_kib > bound_kib || getenv("MT_TEST_SHOW_MEMORY"))
             fprintf(stderr, "rank %d: peak RSS grew by %ld KiB streaming a %ld KiB shard "
                     "(limit %u KiB)\n", mt_test_rank(), a.grown_kib, shard_kib,
