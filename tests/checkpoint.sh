@@ -6,9 +6,7 @@ set -u
 skip_in_quick_check
 probe="${top_builddir:-.}/tests/ckpt_probe"
 run="${top_srcdir:-.}/tests/mpirun.sh"
-store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-ckpt-test.XXXXXX")
-out="$store/out"; err="$store/err"
-trap 'rm -rf "$store"' EXIT
+scratch ckpt
 export MT_STORAGE_PATH="$store"
 
 # sharded restore at another world size: saved at 2, restored at 3; saved at 4, restored at 2

@@ -11,13 +11,8 @@ set -u
 skip_in_quick_check
 b="${top_builddir:-.}"
 run="${top_srcdir:-.}/tests/mpirun.sh"
-store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-fault-test.XXXXXX")
-out="$store/out"; err="$store/err"
-trap 'rm -rf "$store"' EXIT
-data="$store/fmnist.h5"
-"$b/tools/mpitrain-import" fashion-mnist --output "$data" >"$out" 2>"$err" || {
-    bad "Fashion-MNIST import (install dataset-fashion-mnist: scripts/setup.sh --example)"
-    finish; }
+scratch fault
+fmnist_h5
 common="--data $data --storage-path $store/runs --steps-per-epoch 30 --epochs 4"
 # the metrics of the last report that do not depend on timing
 last_line() { tail -n 1 "$store/runs/$1/result.json" | tr ',' '\n' | grep -E '"(epoch|train_loss|test_acc|lr|training_iteration)":' | tr '\n' ' '; }

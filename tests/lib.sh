@@ -11,3 +11,17 @@ finish() { echo "$((checks - fails)) passed, $fails failed"; [ "$fails" -eq 0 ];
 skip_in_quick_check() {
     if [ -n "${MT_QUICK_CHECK:-}" ]; then echo "skipped (MT_QUICK_CHECK is set)"; exit 77; fi
 }
+# scratch NAME: a temporary folder $store (removed on exit) holding $out and $err
+scratch() {
+    store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-$1-test.XXXXXX")
+    out="$store/out"; err="$store/err"
+    trap 'rm -rf "$store"' EXIT
+}
+# fmnist_h5: Fashion-MNIST in the dataset layout at $data (inside $store), or a failed check
+fmnist_h5() {
+    data="$store/fmnist.h5"
+    "${top_builddir:-.}/tools/mpitrain-import" fashion-mnist --output "$data" >"$out" 2>"$err" \
+        && return 0
+    bad "Fashion-MNIST import (install dataset-fashion-mnist: scripts/setup.sh --example)"
+    finish
+}

@@ -8,14 +8,8 @@ set -u
 skip_in_quick_check
 b="${top_builddir:-.}"
 run="${top_srcdir:-.}/tests/mpirun.sh"
-store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-trainer-test.XXXXXX")
-out="$store/out"; err="$store/err"
-trap 'rm -rf "$store"' EXIT
-data="$store/fmnist.h5"
-if ! "$b/tools/mpitrain-import" fashion-mnist --output "$data" >"$out" 2>"$err"; then
-    bad "Fashion-MNIST import (install dataset-fashion-mnist: scripts/setup.sh --example)"
-    finish
-fi
+scratch trainer
+fmnist_h5
 common="--data $data --storage-path $store/runs --steps-per-epoch 40 --checkpoint-frequency 1"
 last_field() { # last_field RUN KEY: KEY's value in the last line of result.json
     tail -n 1 "$store/runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n "s/^ *\"$2\": *//p"
