@@ -18,8 +18,11 @@ awk '/^## A training function/ { f = 1; next } f && /^```c/ { g = 1; next } g &&
 [ -s "$tmp/client.c" ] || { echo "FAILED: no C example in README.md"; exit 1; }
 flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --define-prefix --cflags --libs mpitrain)
 echo "mpicc client.c $flags"
+# a sanitizer build's client gets the sanitizer defaults every program of the build has
+sanopts=""
+[ -n "${MT_SAN_FLAGS:-}" ] && sanopts="${top_srcdir:-.}/common/sanopts.c"
 # shellcheck disable=SC2086
-mpicc ${MT_SAN_FLAGS:-} -o "$tmp/client" "$tmp/client.c" $flags
+mpicc ${MT_SAN_FLAGS:-} -o "$tmp/client" "$tmp/client.c" $sanopts $flags
 out=$(LD_LIBRARY_PATH="$root_prefix/lib" MT_STORAGE_PATH="$tmp/results" \
       "${top_srcdir:-.}/tests/mpirun.sh" 2 -x LD_LIBRARY_PATH -x MT_STORAGE_PATH "$tmp/client")
 echo "$out"

@@ -1,7 +1,21 @@
 # Sourced by the end-to-end test scripts: pass/fail counters, and the closing line that the
 # suite summary adds up. Each script sets $out and $err (files shown when a check fails).
 fails=0; checks=0
-ok() { checks=$((checks + 1)); echo "ok: $1"; }
+# A check that expects an error exit must not pass when the program crashed: every ok looks
+# for a sanitizer report or a fatal signal in $out and $err and turns into a failure.
+crash_re='ERROR: (Address|Leak|Thread|Memory)Sanitizer|LeakSanitizer has encountered|Tracer caught signal'
+crash_re="$crash_re"'|runtime error:|Sanitizer:DEADLYSIGNAL|Segmentation fault|SIGSEGV|SIGFPE|SIGBUS|SIGILL'
+crash_re="$crash_re"'|Floating point exception|signal (4|6|7|8|11) \(|core dumped|stack smashing'
+crashed() { # crashed FILE...: the first crash line found, if any
+    for f in "$@"; do
+        [ -n "$f" ] && [ -f "$f" ] && grep -Em1 "$crash_re" "$f" && return 0
+    done
+    return 1
+}
+ok() {
+    if line=$(crashed "${out:-}" "${err:-}"); then bad "$1: but the program crashed: $line"; return; fi
+    checks=$((checks + 1)); echo "ok: $1"
+}
 bad() {
     checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"
     for f in "${out:-}" "${err:-}"; do [ -f "$f" ] && tail -n 30 "$f"; done
