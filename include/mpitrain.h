@@ -412,6 +412,104 @@ MT_EXTERN const mt_checkpoint *mt_result_best(const mt_result *r, size_t i,
 MT_EXTERN int mt_result_load(const char *run_dir, mt_result **out);
 MT_EXTERN void mt_result_free(mt_result **r);
 
+/* ---------------------------------------------------------------- trainables
+ *
+ * A trainable is a training job given as callbacks (Ray Tune's Trainable class: setup,
+ * step, save_checkpoint, load_checkpoint, cleanup) instead of one training function. The
+ * trainer owns the loop, so resume, retries and preemption need no code of the user's:
+ *
+ *   attempt:  setup -> load (when the run resumes or retries from a checkpoint)
+ *             -> step, report [, save] -> step, report [, save] -> ... -> cleanup
+ *
+ *   static int step(mt_context *ctx, void *user, mt_metrics *out) {
+ *       model *m = user;
+ *       ... one iteration (an epoch, or N batches), collectives allowed ...
+ *       mt_metrics_set_f64(out, "loss", m->loss);
+ *       return m->loss < 1e-6 ? MT_STEP_DONE : MT_OK;
+ *   }
+ *   mt_trainable tr = {.setup = setup, .step = step, .save = save, .load = load,
+ *                      .cleanup = cleanup, .max_iterations = 100};
+ *   mt_trainer_create_trainable(&t, &tr, &my_model, &cfg);   then mt_trainer_fit as usual
+ *
+ * Each iteration: step fills *out (cleared before each call); every rank learns whether
+ * any rank's step returned MT_STEP_DONE; when mt_should_checkpoint says so
+ * (run.checkpoint.frequency, a stop request), or this is the last iteration and
+ * run.checkpoint.at_end is set, save fills a new checkpoint; then the trainer reports the
+ * metrics (and the checkpoint) with mt_report. It stops after max_iterations iterations of
+ * the whole run (counted across resumes and retries: a run resumed at iteration 7 of 10
+ * steps 3 more times), after an iteration whose step returned MT_STEP_DONE on any rank,
+ * after the checkpoint that a stop request (SIGTERM/SIGUSR1) asked for (fit returns
+ * MT_ESTOP: exit with MT_EXIT_PREEMPTED), or at the first error.
+ *
+ * Every checkpoint the trainer saves carries the metadata "mt.training_iteration" (the
+ * iteration it was reported with) and "mt.done" ("1" after the last iteration); on resume
+ * the loop continues at the iteration after the checkpoint's, so no iteration is lost or
+ * repeated in result.json. Checkpoints are taken only as the config says: with the
+ * default run.checkpoint.frequency 0 a retry or rerun starts from the beginning unless a
+ * stop request or at_end made one, so set the frequency (e.g. 1) for mid-run resumes.
+ *
+ * Errors: a callback returns 0 or a negative MT_E* code (step also MT_STEP_DONE); any
+ * other value is MT_EINVAL. An error on one rank ends the attempt on every rank (the
+ * others get MT_EPEER naming it), cleanup runs on every rank, and fit retries from the
+ * latest checkpoint up to run.failure.max_failures (setup, then load again), then returns
+ * the error. A failing load is agreed before any rank steps.
+ */
+#define MT_STEP_DONE 1 /* step's "this was the last iteration" (not an error) */
+
+/* Callbacks; user is the pointer given to mt_trainer_create_trainable. Zero fields are
+ * defaults: setup and cleanup may be NULL; step, save and load are required.
+ * setup:   Collective. Runs on every rank at the start of every attempt (first run, retry,
+ *          resume): build the model from scratch (the trainer's copy of `user` is the same
+ *          pointer each time; reset what an earlier attempt left). May open dataset shards.
+ * step:    Collective. One iteration; metrics into *out (the trainer reports them; step
+ *          must not call mt_report). 0 = go on, MT_STEP_DONE = stop after this iteration.
+ * save:    Collective (same arrays on every rank, as for mt_report). Put the state into
+ *          ck (mt_checkpoint_put, _set_meta, _add_file); the data must stay valid until
+ *          save returns to the trainer, which reports ck at once, before the next step.
+ *          The trainer owns ck.
+ * load:    Collective. Restore the state from ck (mt_checkpoint_get is collective); ck is
+ *          borrowed (the context owns it). Called after setup when the attempt starts
+ *          from a checkpoint.
+ * cleanup: Local, no collectives (other ranks may have left already). Runs once at the
+ *          end of every attempt in which setup was called, even when setup failed, so it
+ *          must cope with a half-built state.
+ * max_iterations: 0 = until step returns MT_STEP_DONE; N = N iterations in the whole run
+ *          (also announced with mt_set_total_iterations, for run.checkpoint.at_end). */
+typedef struct {
+    int (*setup)(mt_context *ctx, void *user);
+    int (*step)(mt_context *ctx, void *user, mt_metrics *out);
+    int (*save)(mt_context *ctx, void *user, mt_checkpoint *ck);
+    int (*load)(mt_context *ctx, void *user, const mt_checkpoint *ck);
+    void (*cleanup)(mt_context *ctx, void *user);
+    int64_t max_iterations;
+} mt_trainable;
+
+/* Local. A trainer that runs the trainable tr (copied) with user (borrowed: it must
+ * outlive fit) on every rank; cfg is copied as by mt_trainer_create. MT_EINVAL naming each
+ * problem (tr NULL, step, save or load NULL, max_iterations < 0). Fit, datasets, the
+ * result and mt_trainer_destroy work as for a training function. */
+MT_EXTERN int mt_trainer_create_trainable(mt_trainer **out, const mt_trainable *tr,
+                                          void *user, const mt_trainer_config *cfg);
+
+/* Local. The training_iteration of the last report of this run, counted across attempts
+ * and resumes (0 before the first): the next report is number mt_training_iteration + 1. */
+MT_EXTERN int64_t mt_training_iteration(const mt_context *c);
+
+/* ---------------------------------------------------------------- environment
+ *
+ * Before the training function (or a trainable's setup) runs, fit sets for code that
+ * reads them, as torchrun does: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+ * NODE_RANK and GROUP_RANK (the node rank), replacing any value they had; and
+ * OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS to mt_num_cpus (the CPUs of
+ * the rank's affinity mask), each unless the user set it. MASTER_ADDR and MASTER_PORT
+ * are not set: nothing listens there; code that needs the ranks' group uses mt_comm().
+ * OpenBLAS and GNU OpenMP read their variable once, when the program loads them (before
+ * main): for those call openblas_set_num_threads(mt_num_cpus(ctx)) or
+ * omp_set_num_threads in the training function (tools/trainer.c does); the variables
+ * reach libraries loaded later, child processes, and libraries that read them at first
+ * use.
+ */
+
 #ifdef __cplusplus
 }
 #endif

@@ -186,4 +186,11 @@ int mt__affinity_cpus(char *list, size_t list_len);
 /* $HOME/mpitrain_results (or ./mpitrain_results without HOME). */
 const char *mt__default_storage_path(void);
 
+/* ------------------------------------------------------------ trainables, environment */
+/* A trainer that owns its argument: free_arg(arg) runs at mt_trainer_destroy. */
+void mt__trainer_own_arg(mt_trainer *t, void (*free_arg)(void *));
+/* Local. RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK from c, and
+ * the thread-count variables from mt_num_cpus unless the user set them (environ.c). */
+void mt__export_env(const mt_context *c);
+
 #endif

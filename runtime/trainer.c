@@ -19,6 +19,7 @@
 struct mt_trainer {
     mt_train_fn fn;
     void *arg;
+    void (*free_arg)(void *); /* an arg the trainer owns (mt_trainer_create_trainable) */
     mt_trainer_config cfg; /* strings below are owned copies */
     char *name, *storage_path, *score_attribute;
     char **split;
@@ -85,6 +86,8 @@ void mt_trainer_destroy(mt_trainer **tp)
     if (!tp || !*tp)
         return;
     mt_trainer *t = *tp;
+    if (t->free_arg)
+        t->free_arg(t->arg);
     free(t->name);
     free(t->storage_path);
     free(t->score_attribute);
@@ -406,6 +409,7 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
         ctx->start = ctx->last_report = mt__now();
         ctx->stop = ctx->stopped_after_ckpt = false;
         mt__context_set_current(ctx);
+        mt__export_env(ctx); /* RANK, OMP_NUM_THREADS, ... for code that reads them */
         mt__error_clear();
         int fn_rc = t->fn(ctx, t->arg);
         mt__context_set_current(NULL);
@@ -485,4 +489,9 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     mt_checkpoint_free(&ctx->restored);
     mt__context_destroy(&ctx);
     return rc;
+}
+
+void mt__trainer_own_arg(mt_trainer *t, void (*free_arg)(void *))
+{
+    t->free_arg = free_arg;
 }
