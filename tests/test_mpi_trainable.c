@@ -120,10 +120,10 @@ static int tt_load(mt_context *ctx, void *user, const mt_checkpoint *ck)
     (void)ctx;
     tt *t = user;
     t->loads++;
-    if (t->load_fails && R() == victim())
-        return MT_EFORMAT;
     int rc = mt_checkpoint_get(ck, "state", MT_I64, &t->state, 1);
     t->loaded = rc ? -1 : t->state;
+    if (!rc && t->load_fails && R() == victim()) /* after the collective read: a check */
+        return MT_EFORMAT;
     return rc;
 }
 

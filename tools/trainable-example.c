@@ -210,7 +210,7 @@ typedef struct {
 static const option opts[] = {
     {"--iterations", true, 1, 1e12},        {"--steps-per-iteration", true, 1, 1e9},
     {"--rows", true, 1, 1e8},               {"--features", true, 1, 1e6},
-    {"--lr", false, 1e-300, 1e300},         {"--target-loss", false, 0, 1e300},
+    {"--lr", false, 1e-12, 1e6},            {"--target-loss", false, 0, 1e30},
     {"--seed", true, 0, 9e15},              {"--step-delay-ms", true, 0, 3600000},
     {"--fail-rank", true, -1, 1e9},         {"--fail-iteration", true, -1, 1e12},
 };
@@ -255,13 +255,12 @@ static int parse(int argc, char **argv, model *m, int rank)
                 why = "is out of range";
         }
         if (why) {
-            if (rank == 0) {
-                if (k < n && v)
-                    fprintf(stderr, "trainable-example: option %s: '%s' %s (%g to %g)\n", a,
-                            v, why, opts[k].min, opts[k].max);
-                else
-                    fprintf(stderr, "trainable-example: option '%s': %s\n", a, why);
-            }
+            if (rank == 0 && k < n && v)
+                fprintf(stderr, "trainable-example: option %s: '%s' %s (%s from %g to %g)\n",
+                        a, v, why, opts[k].whole ? "an integer" : "a number", opts[k].min,
+                        opts[k].max);
+            else if (rank == 0)
+                fprintf(stderr, "trainable-example: option '%s': %s\n", a, why);
             return -1;
         }
         set(m, k, x);
