@@ -459,8 +459,8 @@ MT_EXTERN void mt_result_free(mt_result **r);
 /* Callbacks; user is the pointer given to mt_trainer_create_trainable. Zero fields are
  * defaults: setup and cleanup may be NULL; step, save and load are required.
  * setup:   Collective. Runs on every rank at the start of every attempt (first run, retry,
- *          resume): build the model from scratch (the trainer's copy of `user` is the same
- *          pointer each time; reset what an earlier attempt left). May open dataset shards.
+ *          resume): build the model from scratch (`user` is the same pointer in every
+ *          attempt: reset what an earlier one left there). May open dataset shards.
  * step:    Collective. One iteration; metrics into *out (the trainer reports them; step
  *          must not call mt_report). 0 = go on, MT_STEP_DONE = stop after this iteration.
  * save:    Collective (same arrays on every rank, as for mt_report). Put the state into

@@ -22,6 +22,12 @@ static void put(const char *name, int value, char *remember, size_t len)
 {
     char text[16];
     snprintf(text, sizeof text, "%d", value);
+    const char *now = getenv(name);
+    if (now && !strcmp(now, text)) { /* each attempt sets the same values: no churn */
+        if (remember)
+            snprintf(remember, len, "%s", text);
+        return;
+    }
     if (setenv(name, text, 1) != 0) /* ENOMEM only: the names are valid */
         fprintf(stderr, "mpitrain: warning: cannot set %s=%s: %s\n", name, text,
                 strerror(errno));

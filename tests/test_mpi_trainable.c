@@ -4,9 +4,10 @@
  * function.
  *
  * Trainables: the loop and its checkpoints, a step error on one rank retried from the
- * latest checkpoint through load, MT_STEP_DONE on one rank ending the run on every rank,
- * a load failing on one rank as one agreed error before anyone steps, preemption and the
- * rerun that continues without losing or repeating an iteration, and bad callbacks.
+ * latest checkpoint through load, a save error on one rank, MT_STEP_DONE on one rank
+ * ending the run on every rank, a load failing on one rank as one agreed error before
+ * anyone steps, preemption and the rerun that continues without losing or repeating an
+ * iteration, and bad callbacks.
  * Environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK and
  * the thread-count variables inside the training function (checked against the
  * launcher's own OMPI_COMM_WORLD_* where it set them), and a user's OMP_NUM_THREADS kept.
@@ -65,6 +66,7 @@ typedef struct {
     int done_at;              /* victim()'s step returns MT_STEP_DONE in this iteration */
     int raise_at;             /* victim() raises SIGUSR1 in this iteration */
     bool load_fails;          /* victim()'s load fails */
+    int save_fails_at;        /* victim()'s save fails in this iteration, attempt 0 */
     int setup_returns;        /* setup's return value (0 normally) */
     /* what the trainer did */
     int setups, steps, saves, loads, cleanups;
@@ -108,9 +110,10 @@ static int tt_step(mt_context *ctx, void *user, mt_metrics *out)
 
 static int tt_save(mt_context *ctx, void *user, mt_checkpoint *ck)
 {
-    (void)ctx;
     tt *t = user;
     t->saves++;
+    if (R() == victim() && t->state == t->save_fails_at && mt_attempt(ctx) == 0)
+        return mt__error(MT_EIO, "cannot write the state");
     mt_checkpoint_set_meta(ck, "mt.training_iteration", "garbage"); /* the trainer's key */
     return mt_checkpoint_put(ck, "state", MT_I64, 1, (size_t[]){1}, &t->state, MT_REPLICATED);
 }
@@ -229,6 +232,37 @@ static void test_step_error_retries_with_load(void)
              "failure", victim());
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), want);
     MT_ASSERT_INT_EQ(u.cleanups, 1);
+    mt_result_free(&res);
+}
+
+static void test_save_error_on_one_rank(void)
+{
+    mt_trainer_config cfg = config("badsave");
+    cfg.run.checkpoint.frequency = 2;
+    cfg.run.failure.max_failures = 1;
+    tt t = {.save_fails_at = 4};
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit_tt(cfg, 6, &t, &res), MT_OK); /* retried from iteration 2 */
+    MT_ASSERT_INT_EQ(mt_result_attempts(res), 2);
+    mt_result_free(&res);
+    MT_ASSERT_INT_EQ(t.loaded, 2);
+    MT_ASSERT_INT_EQ(t.steps, 4 + 4);
+    MT_ASSERT_INT_EQ(t.cleanups, 2);
+    MT_ASSERT_INT_EQ(t.out_of_order, 0);
+    if (R() == 0) {
+        int n = 0;
+        MT_ASSERT_INT_EQ(bad_rows("badsave", &n), 0);
+        MT_ASSERT_INT_EQ(n, 6);
+    }
+    /* without a retry: the error names the callback, the iteration and the rank */
+    cfg = config("badsave-once");
+    cfg.run.checkpoint.frequency = 2;
+    tt u = {.save_fails_at = 2};
+    MT_ASSERT_INT_EQ(fit_tt(cfg, 6, &u, &res), MT_EIO);
+    char want[128];
+    snprintf(want, sizeof want, "rank %d failed: trainable: save at iteration 2: cannot write "
+             "the state", victim());
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), want);
     mt_result_free(&res);
 }
 
@@ -487,6 +521,7 @@ static void test_environment(void)
 static const mt_test tests[] = {
     {"loop_and_checkpoints", test_loop_and_checkpoints},
     {"step_error_retries_with_load", test_step_error_retries_with_load},
+    {"save_error_on_one_rank", test_save_error_on_one_rank},
     {"done_early_on_one_rank", test_done_early_on_one_rank},
     {"load_failure_is_agreed", test_load_failure_is_agreed},
     {"preemption_loses_no_iteration", test_preemption_loses_no_iteration},
