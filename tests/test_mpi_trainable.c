@@ -58,6 +58,16 @@ static int bad_rows(const char *name, int *nrows)
     return bad;
 }
 
+/* Rank 0: result.json of run NAME has rows 1..n, the model's state following each. */
+static void expect_rows(const char *name, int n)
+{
+    if (R() != 0)
+        return;
+    int got = 0;
+    MT_ASSERT_INT_EQ(bad_rows(name, &got), 0);
+    MT_ASSERT_INT_EQ(got, n);
+}
+
 /* ------------------------------------------------------------ a test trainable */
 
 typedef struct {
@@ -180,11 +190,7 @@ static void test_loop_and_checkpoints(void)
         MT_ASSERT_STR_EQ(mt_checkpoint_get_meta(first, "mt.done"), "0");
     }
     mt_result_free(&res);
-    if (R() == 0) {
-        int n = 0;
-        MT_ASSERT_INT_EQ(bad_rows("loop", &n), 0);
-        MT_ASSERT_INT_EQ(n, 5);
-    }
+    expect_rows("loop", 5);
     /* setup and cleanup are optional */
     mt_trainable bare = {.step = tt_step, .save = tt_save, .load = tt_load, .max_iterations = 2};
     tt u = {0};
@@ -217,11 +223,7 @@ static void test_step_error_retries_with_load(void)
     MT_ASSERT_INT_EQ(t.steps, 4 + 3);
     MT_ASSERT_INT_EQ(t.state, 6);
     MT_ASSERT_INT_EQ(t.out_of_order, 0);
-    if (R() == 0) {
-        int n = 0;
-        MT_ASSERT_INT_EQ(bad_rows("retry", &n), 0);
-        MT_ASSERT_INT_EQ(n, 6);
-    }
+    expect_rows("retry", 6);
     /* no retries left: the step's error, naming the callback and iteration, on every rank */
     cfg = config("no-retry");
     cfg.run.checkpoint.frequency = 1;
@@ -249,11 +251,7 @@ static void test_save_error_on_one_rank(void)
     MT_ASSERT_INT_EQ(t.steps, 4 + 4);
     MT_ASSERT_INT_EQ(t.cleanups, 2);
     MT_ASSERT_INT_EQ(t.out_of_order, 0);
-    if (R() == 0) {
-        int n = 0;
-        MT_ASSERT_INT_EQ(bad_rows("badsave", &n), 0);
-        MT_ASSERT_INT_EQ(n, 6);
-    }
+    expect_rows("badsave", 6);
     /* without a retry: the error names the callback, the iteration and the rank */
     cfg = config("badsave-once");
     cfg.run.checkpoint.frequency = 2;
@@ -275,11 +273,7 @@ static void test_done_early_on_one_rank(void)
     MT_ASSERT_INT_EQ(t.steps, 3); /* on every rank, not only the one that said so */
     MT_ASSERT_INT_EQ(t.saves, 1); /* at_end: the last iteration is the done one */
     MT_ASSERT_INT_EQ(t.cleanups, 1);
-    if (R() == 0) {
-        int n = 0;
-        MT_ASSERT_INT_EQ(bad_rows("done", &n), 0);
-        MT_ASSERT_INT_EQ(n, 3);
-    }
+    expect_rows("done", 3);
 }
 
 static void test_load_failure_is_agreed(void)
@@ -308,11 +302,7 @@ static void test_load_failure_is_agreed(void)
     MT_ASSERT_INT_EQ(v.loaded, 2);
     MT_ASSERT_INT_EQ(v.steps, 3);
     MT_ASSERT_INT_EQ(v.out_of_order, 0);
-    if (R() == 0) {
-        int n = 0;
-        MT_ASSERT_INT_EQ(bad_rows("badload", &n), 0);
-        MT_ASSERT_INT_EQ(n, 5);
-    }
+    expect_rows("badload", 5);
 }
 
 static void test_preemption_loses_no_iteration(void)
@@ -329,11 +319,7 @@ static void test_preemption_loses_no_iteration(void)
     MT_ASSERT_INT_EQ(u.loaded, 4);
     MT_ASSERT_INT_EQ(u.steps, 4);
     MT_ASSERT_INT_EQ(u.out_of_order, 0);
-    if (R() == 0) {
-        int n = 0;
-        MT_ASSERT_INT_EQ(bad_rows("preempt", &n), 0);
-        MT_ASSERT_INT_EQ(n, 8);
-    }
+    expect_rows("preempt", 8);
     /* preempted in its last iteration: the rerun finds nothing left and finishes */
     cfg = config("preempt-last");
     tt v = {.raise_at = 3};
@@ -351,11 +337,7 @@ static void test_preemption_loses_no_iteration(void)
     MT_ASSERT_INT_EQ(fit_tt(cfg, 0, &y, NULL), MT_OK);
     MT_ASSERT_INT_EQ(y.loaded, 3);
     MT_ASSERT_INT_EQ(y.steps, 0);
-    if (R() == 0) {
-        int n = 0;
-        MT_ASSERT_INT_EQ(bad_rows("preempt-done", &n), 0);
-        MT_ASSERT_INT_EQ(n, 3);
-    }
+    expect_rows("preempt-done", 3);
 }
 
 /* ------------------------------------------------------------ bad callbacks */
