@@ -464,15 +464,16 @@ MT_EXTERN void mt_result_free(mt_result **r);
  * step:    Collective. One iteration; metrics into *out (the trainer reports them; step
  *          must not call mt_report). 0 = go on, MT_STEP_DONE = stop after this iteration.
  * save:    Collective (same arrays on every rank, as for mt_report). Put the state into
- *          ck (mt_checkpoint_put, _set_meta, _add_file); the data must stay valid until
- *          save returns to the trainer, which reports ck at once, before the next step.
- *          The trainer owns ck.
+ *          ck (mt_checkpoint_put, _set_meta, _add_file). The arrays are borrowed, not
+ *          copied, until the report that carries ck returns (right after save, before
+ *          the next step): point into the model, not at save's own stack. The trainer
+ *          owns ck.
  * load:    Collective. Restore the state from ck (mt_checkpoint_get is collective); ck is
  *          borrowed (the context owns it). Called after setup when the attempt starts
  *          from a checkpoint.
  * cleanup: Local, no collectives (other ranks may have left already). Runs once at the
- *          end of every attempt in which setup was called, even when setup failed, so it
- *          must cope with a half-built state.
+ *          end of every attempt, however it ended (also when setup failed: it must cope
+ *          with a half-built state).
  * max_iterations: 0 = until step returns MT_STEP_DONE; N = N iterations in the whole run
  *          (also announced with mt_set_total_iterations, for run.checkpoint.at_end). */
 typedef struct {
