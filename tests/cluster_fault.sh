@@ -1,0 +1,60 @@
+#!/bin/sh
+# Losing a node (tests/cluster.sh, 2 nodes x 2 ranks): in the middle of training every
+# process of node 2 is killed (its Open MPI daemon included) and the node stays dead.
+# The job must end by itself naming the lost host, and mpitrain-run, which asks
+# `cluster.sh hosts` for the hosts that answer before each attempt, must restart it on
+# node 1 alone: the run resumes from the latest checkpoint at world size 2, every
+# iteration appears once, run.json counts 2 attempts and the failure, and no committed
+# checkpoint is lost. Prints the time to detect the loss and the time to resume.
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+. "${top_srcdir:-.}/tests/cluster-lib.sh"
+b=$(cd "${top_builddir:-.}" && pwd)
+scratch cluster-fault
+cluster_up mtf 2 2
+fmnist_h5
+"$cl" -n "$cname" hostfile 2 2 >/dev/null
+now() { date +%s.%N; }
+since() { awk "BEGIN { printf \"%.1f\", $(now) - $1 }"; }
+d="$store/runs/lose-node"
+common="--data $data --storage-path $store/runs --steps-per-epoch 30 --epochs 5 --checkpoint-frequency 1 --num-to-keep 0"
+# shellcheck disable=SC2086
+timeout -k 10 $climit "$cl" -n "$cname" run "$b/tools/mpitrain-run" --max-failures 2 \
+    --host-discovery "$cl -n $cname hosts" -- mpirun "$b/tools/trainer" $common --name lose-node \
+    >"$out" 2>"$err" &
+sup=$!
+for _ in $(seq 1 1200); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.05; done
+latest=$(cd "$d" && ls -d checkpoint_0* 2>/dev/null | tail -n 1)
+t0=$(now)
+"$cl" -n "$cname" kill "${cname}2"
+detect=""; resume=""
+while kill -0 $sup 2>/dev/null; do
+    [ -z "$detect" ] && grep -q "attempt 1 .*rerunning" "$err" && detect=$(since "$t0")
+    [ -z "$resume" ] && grep -q "world_size\":2" "$d/result.json" 2>/dev/null && resume=$(since "$t0")
+    sleep 0.05
+done
+wait $sup
+rc=$?
+echo "node ${cname}2 killed after $latest; job ended and was rerun after ${detect:-?} s;" \
+    "first report at world size 2 after ${resume:-?} s"
+its=$(grep -o '"training_iteration": *[0-9][0-9]*' "$d/result.json" 2>/dev/null | sed 's/.*: *//' | tr '\n' ' ')
+sizes=$(grep -o '"world_size": *[0-9][0-9]*' "$d/result.json" 2>/dev/null | sed 's/.*: *//' | tr '\n' ' ')
+attempts=$(sed -n 's/.*"attempts": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
+failures=$(sed -n 's/.*"failures": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
+if grep -q "attempt 1 on ${cname}1 (2 slots), ${cname}2 (2 slots)" "$err" \
+    && grep -q "node ${cname}2" "$err" && grep -q "attempt 2 on ${cname}1 (2 slots)$" "$err"; then
+    ok "the job ended naming the lost host ${cname}2; attempt 2 ran on ${cname}1 alone"
+else bad "the node's loss and the hosts of each attempt"; fi
+if [ $rc -eq 0 ] && [ "$its" = "1 2 3 4 5 " ] && [ "${attempts:-0}" -eq 2 ] && [ "${failures:-0}" -eq 1 ] \
+    && grep -q '"status": "finished"' "$d/run.json" && grep -q "resumed from .*$latest\|resumed from .*checkpoint_00000[2-9]" "$out" \
+    && case "$sizes" in "4 4 "*"2 2 2 ") true ;; *) false ;; esac; then
+    ok "resumed at world size 2 from the latest checkpoint: iterations $its(world sizes $sizes), 2 attempts, 1 failure"
+else bad "restart on the nodes left (exit $rc, iterations '$its', world sizes '$sizes', attempts '$attempts', failures '$failures')"; fi
+missing=""
+for i in 0 1 2 3 4; do [ -f "$d/checkpoint_00000$i/checkpoint.h5" ] || missing="$missing $i"; done
+if [ -z "$missing" ] && ! ls -d "$d"/.checkpoint_* >/dev/null 2>&1 \
+    && "$b/tools/mpitrain-show" "$d" >/dev/null 2>>"$err"; then
+    ok "every checkpoint committed before and after the loss is there (0 to 4), no half-written one"
+else bad "checkpoints after the loss (missing:$missing)"; ls -la "$d"; fi
+
+finish
