@@ -222,6 +222,7 @@ bandwidth)
     addr=$(awk -v n="$b" '$2 == n { print $1 }' "$state/hosts")
     # receiver on B: time from the first byte to the end of the stream
     ip netns exec "$b" perl -MIO::Socket::INET -MTime::HiRes=time -e '
+        alarm 300;
         my $s = IO::Socket::INET->new(LocalAddr => $ARGV[0], LocalPort => 5201, Listen => 1,
                                       ReuseAddr => 1) or die "listen: $!\n";
         print STDOUT "ready\n"; STDOUT->flush;
@@ -234,7 +235,10 @@ bandwidth)
     rx=$!
     for _ in $(seq 1 50); do grep -q ready "$state/bw.out" 2>/dev/null && break; sleep 0.1; done
     ip netns exec "$a" timeout 120 perl -MIO::Socket::INET -e '
-        my $c = IO::Socket::INET->new(PeerAddr => $ARGV[0], PeerPort => 5201) or die "connect: $!\n";
+        my $c;
+        for (1 .. 100) { last if $c = IO::Socket::INET->new(PeerAddr => $ARGV[0], PeerPort => 5201);
+                         select(undef, undef, undef, 0.1); }
+        $c or die "connect: $!\n";
         my $buf = "\0" x (1 << 20);
         syswrite($c, $buf) == length $buf or die "send: $!\n" for 1 .. $ARGV[1];' "$addr" "$mib"
     wait $rx
