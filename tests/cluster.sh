@@ -10,7 +10,9 @@
 #
 #   cluster.sh [-n NAME] [-s A.B.C] up N     nodes NAME1..NAMEN at A.B.C.1..N (default mtc,
 #                                            10.77.0); the head is A.B.C.254 ("NAMEhead")
-#   cluster.sh [-n NAME] down                remove all of it; also after a killed run
+#   cluster.sh [-n NAME] down                remove all of it (namespaces, links, the nodes'
+#                                            processes, and those `run` started on the
+#                                            head); also after a killed run
 #   cluster.sh [-n NAME] hostfile S1 S2 ...  write a hostfile (S1 slots on node 1, ...), print its path
 #   cluster.sh [-n NAME] run CMD...          run CMD on the head with the cluster's Open MPI
 #                                            settings (rsh agent, TCP limited to the subnet)
@@ -67,9 +69,12 @@ kill_ns() { # every process in namespace $1, until none is left (they may be for
 }
 
 down() {
-    # daemons started on the head for this cluster (slurmctld, munged) recorded their pids
-    for f in "$state"/*.pid; do
-        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null
+    # processes on the head that `run` started for this cluster (mpirun, mpitrain-run,
+    # slurmctld ...) carry MT_CLUSTER_RUN=NAME in their environment: first, so that no
+    # supervisor starts a job again while the nodes go
+    for e in $(grep -lzx "MT_CLUSTER_RUN=$name" /proc/[0-9]*/environ 2>/dev/null); do
+        pid=${e#/proc/}; pid=${pid%/environ}
+        [ "$pid" != $$ ] && kill -9 "$pid" 2>/dev/null
     done
     for ns in $(ip netns list 2>/dev/null | awk '{ print $1 }' | grep -E "^$name[0-9]+\$"); do
         kill_ns "$ns"
@@ -80,6 +85,7 @@ down() {
         ip link del "$l" 2>/dev/null
     done
     rm -rf "$state"
+    rmdir "$base" 2>/dev/null
 }
 
 up() {
@@ -160,6 +166,7 @@ hostfile)
 run)
     require_up
     eval "$(mca_env)"
+    export MT_CLUSTER_RUN="$name" # what `down` finds them by
     exec unshare --mount --propagation private \
         sh -c 'mount --bind "$1" /etc/hosts && shift && exec "$@"' sh "$state/hosts" "$@"
     ;;

@@ -11,6 +11,33 @@ set -u
 . "${top_srcdir:-.}/tests/cluster-lib.sh"
 b=$(cd "${top_builddir:-.}" && pwd)
 scratch cluster-fault
+
+# mpitrain-run's host list, without a cluster: read again before every attempt, in every
+# accepted form, handed over as a hostfile
+run="$b/tools/mpitrain-run"
+hosts="$store/hosts"
+printf '# hosts\nh1\n\nh2 slots=3\nh3:2\nh4 slots=0\n' >"$hosts"
+"$run" --max-failures 1 --hostfile "$hosts" -- sh -c 'cat "$MT_HOSTFILE"
+    [ "$OMPI_MCA_orte_default_hostfile" = "$MT_HOSTFILE" ] || exit 3
+    [ -e "$0.again" ] && exit 0
+    touch "$0.again"; echo "h9:4" >"$0"; exit 1' "$hosts" >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(tr '\n' ' ' <"$out")" = "h1 slots=1 h2 slots=3 h3 slots=2 h9 slots=4 " ] \
+    && grep -q "attempt 1 on h1 (1 slot), h2 (3 slots), h3 (2 slots)$" "$err" \
+    && grep -q "host h4: slots must be >= 1; line ignored" "$err" && grep -q "attempt 2 on h9 (4 slots)$" "$err"; then
+    ok "mpitrain-run --hostfile: read before every attempt (HOST, slots=N, HOST:N), passed as a hostfile"
+else bad "mpitrain-run --hostfile (exit $rc)"; cat "$out"; fi
+"$run" --host-discovery "exit 4" -- true >"$out" 2>"$err"
+rc1=$?
+"$run" --host-discovery "echo '# none'" -- true >>"$out" 2>>"$err"
+rc2=$?
+"$run" --hostfile "$hosts" --host-discovery true -- true >>"$out" 2>>"$err"
+rc3=$?
+if [ $rc1 -eq 1 ] && [ $rc2 -eq 1 ] && [ $rc3 -eq 2 ] && grep -q "host discovery 'exit 4' failed (status 4)" "$err" \
+    && grep -q "echo '# none' names no host" "$err" && grep -q "attempt 1: no usable host; not starting" "$err"; then
+    ok "mpitrain-run: a failed or empty host discovery starts nothing"
+else bad "mpitrain-run host discovery errors (exits $rc1 $rc2 $rc3)"; fi
+
 cluster_up mtf 2 2
 fmnist_h5
 "$cl" -n "$cname" hostfile 2 2 >/dev/null

@@ -28,7 +28,7 @@ slurm_down() {
     "$cl" -n "$cname" run scontrol shutdown >/dev/null 2>&1
     sleep 1
     [ $started_munge -eq 1 ] && [ -f /run/munge/munged.pid ] && kill "$(cat /run/munge/munged.pid)" 2>/dev/null
-    cluster_down # the slurmd processes with their nodes, slurmctld by its pid file
+    cluster_down # the slurmd processes with their nodes, slurmctld by MT_CLUSTER_RUN
 }
 
 # munge: one daemon on the head; its socket is a file, reachable from every node
@@ -71,7 +71,7 @@ PartitionName=nodes Nodes=${cname}[1-2] Default=YES MaxTime=INFINITE State=UP Ov
 CONF
 echo "PMIxCliTmpDirBase=$tmp/nodetmp" >"$tmp/mpi.conf"
 export SLURM_CONF="$tmp/slurm.conf"
-unshare --uts --mount --propagation private sh -c \
+MT_CLUSTER_RUN=$cname unshare --uts --mount --propagation private sh -c \
     'hostname "$1" && mount --bind "$2" /etc/hosts && exec slurmctld' sh "${cname}head" "$state/hosts"
 for k in 1 2; do
     "$cl" exec "$cname$k" sh -c 'mount --bind "$1" "$2" && exec slurmd -N "$3"' sh \
