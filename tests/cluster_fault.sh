@@ -9,6 +9,7 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 . "${top_srcdir:-.}/tests/cluster-lib.sh"
+skip_in_quick_check
 b=$(cd "${top_builddir:-.}" && pwd)
 scratch cluster-fault
 

@@ -9,6 +9,7 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 . "${top_srcdir:-.}/tests/cluster-lib.sh"
+skip_in_quick_check
 if [ -n "${MT_SANITIZED:-}" ]; then echo "skipped: a lost link is tested in the plain build"; exit 77; fi
 b=$(cd "${top_builddir:-.}" && pwd)
 scratch cluster-linkdown

@@ -17,9 +17,19 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 . "${top_srcdir:-.}/tests/cluster-lib.sh"
+skip_in_quick_check
 b="${top_builddir:-.}"
 scratch cluster-mpi
+# what a killed run of this test would leave: a node and a link of its cluster's name,
+# which bringing the cluster up must remove
+leftover() { ip netns list | grep -qE "^$1[0-9]+( |\$)" || ip -o link show | grep -qE ": $1([0-9]+h|br)[:@]" \
+    || [ -e "/run/mpitrain-cluster/$1" ]; }
+lname=mtl; [ -n "${MT_SANITIZED:-}" ] && lname=mtla
+[ "$(id -u)" -eq 0 ] && ip netns add ${lname}9 2>/dev/null && ip link add ${lname}9h type dummy 2>/dev/null
 cluster_up mtl 1 3
+if ! ip netns list | grep -q "^${lname}9" && ! ip -o link show | grep -q ": ${lname}9h[:@]"; then
+    ok "bringing the cluster up removed a killed run's node and link of the same name"
+else bad "leftovers of a killed run survived cluster up"; fi
 export MT_STORAGE_PATH="$store/runs"
 
 # layout NAME SLOTS...: mpitrain-info on the nodes; each line must give the node rank,
@@ -119,5 +129,11 @@ if [ -z "${MT_SANITIZED:-}" ]; then
         ok "trainer on 2 nodes x 2 ranks: test accuracy $a, 4 ranks on one node: $o"
     else bad "trainer 2x2 vs one node (exits $rc1 $rc2, accuracy '$a' vs '$o')"; fi
 fi
+
+# tear-down: no namespace, link, process or state of the cluster is left
+"$cl" -n "$cname" down
+if ! leftover "$cname" && [ -z "$(grep -lzx "MT_CLUSTER_RUN=$cname" /proc/[0-9]*/environ 2>/dev/null)" ]; then
+    ok "cluster down leaves no namespace, link, process or state behind"
+else bad "cluster down left something behind"; ip netns list; ip -o link show | grep "$cname"; fi
 
 finish

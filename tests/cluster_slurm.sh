@@ -10,6 +10,7 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 . "${top_srcdir:-.}/tests/cluster-lib.sh"
+skip_in_quick_check
 if [ -n "${MT_SANITIZED:-}" ]; then echo "skipped: Slurm across nodes runs in the plain build"; exit 77; fi
 b=$(cd "${top_builddir:-.}" && pwd)
 src=$(cd "${top_srcdir:-.}" && pwd)
