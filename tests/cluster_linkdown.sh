@@ -32,11 +32,11 @@ latest=$(cd "$d" && ls -d checkpoint_0* 2>/dev/null | tail -n 1)
 t0=$(now)
 "$cl" -n "$cname" link "${cname}2" down
 detect=""; resume=""
-# a hang is a failure: the first attempt gets the stall timeout and 30 s for the launcher
+# a hang is a failure: the first attempt gets the stall timeout and 20 s for the launcher
 while kill -0 $sup 2>/dev/null; do
     [ -z "$detect" ] && grep -q "attempt 1 .*rerunning" "$err" && detect=$(since "$t0")
     [ -z "$resume" ] && grep -q "world_size\":2" "$d/result.json" 2>/dev/null && resume=$(since "$t0")
-    if [ -z "$detect" ] && [ "$(since "$t0" | cut -d. -f1)" -ge $((stall + 30)) ]; then
+    if [ -z "$detect" ] && [ "$(since "$t0" | cut -d. -f1)" -ge $((stall + 20)) ]; then
         kill $sup 2>/dev/null
         "$cl" -n "$cname" down # every process of the job, on both nodes
         break
