@@ -26,6 +26,7 @@
 #   cluster.sh [-n NAME] shape NODE|all none|10gbit|1gbit   tbf on both ends of NODE's link
 #   cluster.sh [-n NAME] bandwidth [A B [MiB]]  TCP stream from node A to node B, in Gbit/s
 #
+# MT_CLUSTER and MT_CLUSTER_NET give NAME and A.B.C instead of -n and -s.
 # Needs root (namespaces, links, tc). Open MPI's busy polling starves the kernel's packet
 # processing when the nodes share a few cores (every message then waits a scheduler tick),
 # so the settings include mpi_yield_when_idle=1.
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 die() { echo "cluster.sh: $*" >&2; exit 1; }
-[ $# -gt 0 ] || { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 cmd=$1; shift
 case "$name" in *[!a-z0-9]* | "") die "cluster name '$name': lower-case letters and digits only" ;; esac
 [ ${#name} -le 8 ] || die "cluster name '$name' is longer than 8 characters (link names)"
@@ -74,7 +75,7 @@ down() {
     # supervisor starts a job again while the nodes go
     for e in $(grep -lzx "MT_CLUSTER_RUN=$name" /proc/[0-9]*/environ 2>/dev/null); do
         pid=${e#/proc/}; pid=${pid%/environ}
-        [ "$pid" != $$ ] && kill -9 "$pid" 2>/dev/null
+        [ "$pid" != $$ ] && [ "$pid" != "$PPID" ] && kill -9 "$pid" 2>/dev/null
     done
     for ns in $(ip netns list 2>/dev/null | awk '{ print $1 }' | grep -E "^$name[0-9]+\$"); do
         kill_ns "$ns"
@@ -157,7 +158,9 @@ hostfile)
     : >"$state/slots"
     k=1
     for s in "$@"; do
-        [ "$s" -gt 0 ] 2>/dev/null && echo "$name$k slots=$s" >>"$state/slots"
+        case "$s" in '' | *[!0-9]*) die "hostfile: slots must be numbers (got '$s')" ;; esac
+        [ $k -le "$(wc -l <"$state/nodes")" ] || die "hostfile: cluster $name has $(wc -l <"$state/nodes") node(s)"
+        [ "$s" -gt 0 ] && echo "$name$k slots=$s" >>"$state/slots"
         k=$((k + 1))
     done
     cp "$state/slots" "$state/hostfile"
@@ -236,7 +239,7 @@ bandwidth)
         my $c = $s->accept or die "accept: $!\n";
         my ($n, $t0, $buf) = (0, 0, "");
         while (my $r = sysread($c, $buf, 1 << 20)) { $t0 ||= time; $n += $r; }
-        my $dt = time - $t0;
+        my $dt = (time - $t0) || 1e-6;
         printf "%s -> %s: %.0f MiB in %.2f s = %.2f Gbit/s\n", $ARGV[1], $ARGV[2],
                $n / 1048576, $dt, $n * 8 / $dt / 1e9;' "$addr" "$a" "$b" >"$state/bw.out" 2>&1 &
     rx=$!
@@ -247,7 +250,8 @@ bandwidth)
                          select(undef, undef, undef, 0.1); }
         $c or die "connect: $!\n";
         my $buf = "\0" x (1 << 20);
-        syswrite($c, $buf) == length $buf or die "send: $!\n" for 1 .. $ARGV[1];' "$addr" "$mib"
+        syswrite($c, $buf) == length $buf or die "send: $!\n" for 1 .. $ARGV[1];' "$addr" "$mib" \
+        || kill $rx 2>/dev/null
     wait $rx
     grep -v ready "$state/bw.out"
     ;;
