@@ -29,7 +29,9 @@
 # MT_CLUSTER and MT_CLUSTER_NET give NAME and A.B.C instead of -n and -s.
 # Needs root (namespaces, links, tc). Open MPI's busy polling starves the kernel's packet
 # processing when the nodes share a few cores (every message then waits a scheduler tick),
-# so the settings include mpi_yield_when_idle=1.
+# so the settings include mpi_yield_when_idle=1. mpirun learns that a node is unreachable
+# only from TCP keepalives on its daemon's connection (by default after 300 s + 9 x 20 s;
+# until then an abort waits for that daemon): the settings make it 2 s + 3 x 1 s.
 set -u
 base=/run/mpitrain-cluster
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
@@ -137,6 +139,9 @@ export OMPI_MCA_btl_tcp_if_include=$net.0/24
 export OMPI_MCA_oob_tcp_if_include=$net.0/24
 export OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_btl=self,vader,tcp
+export OMPI_MCA_oob_tcp_keepalive_time=2
+export OMPI_MCA_oob_tcp_keepalive_intvl=1
+export OMPI_MCA_oob_tcp_keepalive_probes=3
 EOF
 }
 
