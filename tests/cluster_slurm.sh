@@ -1,7 +1,7 @@
 #!/bin/sh
 # Slurm across emulated nodes (tests/cluster.sh, 2 nodes): one slurmd per node (its own host
 # name, address and private TmpFS for PMIx), one slurmctld on the head (its own host name),
-# munge; everything stopped at the end.
+# its own munged; everything stopped at the end.
 #  - scripts/slurm/train.sbatch with `sbatch -N 2 --ntasks-per-node=2` launches through
 #    srun --mpi=pmix: mpitrain-info sees 4 ranks on 2 hosts with node ranks 0 and 1;
 #  - the trainer under the same script, sent SIGUSR1 as Slurm does before preemption,
@@ -20,25 +20,27 @@ done
 scratch cluster-slurm
 chmod 755 "$store"
 cluster_up mts 4 2
-trap slurm_down EXIT
 tmp=$store
 state=/run/mpitrain-cluster/$cname
 net=$(cat "$state/net")
-started_munge=0
 slurm_down() {
     "$cl" -n "$cname" run scontrol shutdown >/dev/null 2>&1
     sleep 1
-    [ $started_munge -eq 1 ] && [ -f /run/munge/munged.pid ] && kill "$(cat /run/munge/munged.pid)" 2>/dev/null
-    cluster_down # the slurmd processes with their nodes, slurmctld by MT_CLUSTER_RUN
+    cluster_down # the slurmd processes with their nodes; slurmctld and munged by MT_CLUSTER_RUN
 }
+trap slurm_down EXIT
 
-# munge: one daemon on the head; its socket is a file, reachable from every node
-if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
-    mkdir -p /run/munge /etc/munge /var/lib/munge /var/log/munge
-    [ -s /etc/munge/munge.key ] || { dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null; chmod 400 /etc/munge/munge.key; }
-    chown -R munge:munge /run/munge /etc/munge /var/lib/munge /var/log/munge
-    runuser -u munge -- munged --force && started_munge=1
-    sleep 1
+# a munged of this test's own, on its own socket (tests/slurm.sh may start and stop the
+# machine's at the same time); a socket is a file, reachable from every node
+if [ ! -s /etc/munge/munge.key ]; then
+    mkdir -p /etc/munge
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
+fi
+chown munge:munge /etc/munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
+mkdir -p "$tmp/munge" && chown munge:munge "$tmp/munge" && chmod 700 "$tmp/munge"
+if ! MT_CLUSTER_RUN=$cname runuser -u munge -- munged --force --socket="$tmp/munge/socket" \
+    --pid-file="$tmp/munge/pid" --log-file="$tmp/munge/log" --seed-file="$tmp/munge/seed"; then
+    bad "munged did not start"; cat "$tmp/munge/log" 2>/dev/null; finish
 fi
 mkdir -p "$tmp/state" "$tmp/nodetmp" "$tmp/tmp.${cname}1" "$tmp/tmp.${cname}2"
 # PMIx makes a per-step folder under TmpFS: the nodes share one file system, so each gets a
@@ -51,6 +53,7 @@ SlurmdPort=6938
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+AuthInfo=socket=$tmp/munge/socket
 StateSaveLocation=$tmp/state
 SlurmdSpoolDir=$tmp/spool.%n
 SlurmctldPidFile=$state/slurmctld.pid
