@@ -12,7 +12,7 @@ for arg in "$@"; do
     case "$arg" in
     --example) pkgs="$pkgs dataset-fashion-mnist gnuplot-nox" ;;
     --slurm) pkgs="$pkgs slurm-wlm munge" ;;
-    -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
     esac
 done
