@@ -11,11 +11,15 @@ trap 'rm -f "$out" "$err"' EXIT
 ncpu=$(nproc)
 export MT_STORAGE_PATH="${TMPDIR:-/tmp}/mpitrain-context-test"
 
-# expect NAME LINE...: every given "rank R/N: ..." line is in the output
+# expect NAME LINE...: every given "rank R/N: ... cpus C" line is in the output, followed by
+# this machine's host name and a CPU list of C CPUs
+host=$(hostname)
 expect() {
     name=$1; shift
     for line in "$@"; do
-        if ! grep -qxF "$line" "$out"; then bad "$name: missing '$line'"; return; fi
+        got=$(grep -F "$line host $host cpu-list " "$out")
+        n=$(echo "${got##* cpu-list }" | tr ',' '\n' | awk -F- 'NF { n += (NF == 2 ? $2 - $1 + 1 : 1) } END { print n + 0 }')
+        if [ -z "$got" ] || [ "$n" != "${line##* cpus }" ]; then bad "$name: missing '$line host $host cpu-list (${line##* cpus} CPUs)'"; return; fi
     done
     ok "$name"
 }

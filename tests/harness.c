@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int rank, size = 1;
 static char storage[256];
@@ -42,6 +43,42 @@ void (*mt_test_after)(void);
 int mt_test_rank(void) { return rank; }
 int mt_test_size(void) { return size; }
 
+/* whether rank r is the lowest rank on its host, in a table of LEN-byte host names */
+static bool first_on_host(const char *all, size_t len, int r)
+{
+    for (int q = 0; q < r; q++)
+        if (!strcmp(all + (size_t)q * len, all + (size_t)r * len))
+            return false;
+    return true;
+}
+
+mt_test_layout mt_test_host_layout(void)
+{
+    enum { LEN = 256 };
+    mt_test_layout l = {0, 0, 0, 0};
+    char mine[LEN] = {0};
+    gethostname(mine, LEN - 1);
+    char *all = calloc((size_t)size, LEN);
+    if (!all)
+        return l;
+    MPI_Allgather(mine, LEN, MPI_CHAR, all, LEN, MPI_CHAR, MPI_COMM_WORLD);
+    int leader = rank; /* the lowest rank on this host */
+    for (int r = 0; r < size; r++) {
+        bool here = !strcmp(all + (size_t)r * LEN, mine);
+        if (here && r < leader)
+            leader = r;
+        l.local_rank += here && r < rank;
+        l.local_size += here;
+    }
+    for (int r = 0; r < size; r++)
+        if (first_on_host(all, LEN, r)) {
+            l.num_nodes++;
+            l.node_rank += r < leader;
+        }
+    free(all);
+    return l;
+}
+
 long mt_test_status_kib(const char *field)
 {
     FILE *f = fopen("/proc/self/status", "r");
@@ -64,6 +101,16 @@ static void print_failures(void)
                 f->uiLineNumber, f->strCondition ? f->strCondition : "?");
 }
 
+/* whether NAME is one of the comma-separated names in LIST */
+static bool listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, name, n) && (p[n] == ',' || !p[n]))
+            return true;
+    return false;
+}
+
 int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests, bool mpi)
 {
     if (mpi) {
@@ -77,14 +124,14 @@ int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests,
     make_storage(mpi);
     if (mt_test_before)
         mt_test_before();
-    const char *only = argc > 1 ? argv[1] : NULL; /* run one test by name */
+    const char *only = argc > 1 ? argv[1] : NULL; /* run some tests: NAME[,NAME...] */
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
     char name[128];
     snprintf(name, sizeof name, mpi ? "%s (%d ranks)" : "%s", suite, size);
     CU_pSuite s = CU_add_suite(name, NULL, NULL);
     for (const mt_test *t = tests; t->name; t++)
-        if (!only || !strcmp(only, t->name))
+        if (!only || listed(only, t->name))
             CU_add_test(s, t->name, t->fn);
     CU_basic_set_mode(rank == 0 ? CU_BRM_VERBOSE : CU_BRM_SILENT);
     if (rank == 0)

@@ -34,6 +34,15 @@ long mt_test_status_kib(const char *field);
 int mt_test_rank(void);
 int mt_test_size(void);
 
+/* Where the ranks of MPI_COMM_WORLD really sit, from their host names (gethostname), an
+ * oracle independent of the library's topology: this rank's index among the ranks of its
+ * host, their number, the host's index among hosts ordered by their lowest rank, and the
+ * number of hosts. Collective. */
+typedef struct {
+    int local_rank, local_size, node_rank, num_nodes;
+} mt_test_layout;
+mt_test_layout mt_test_host_layout(void);
+
 /* Assertions that print both expressions and both values. */
 #define MT_ASSERT_INT_EQ(a, b)                                                \
     do {                                                                      \

@@ -69,10 +69,11 @@ static int probe_context(mt_context *c, void *arg)
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     MT_ASSERT_INT_EQ(mt_world_rank(c), r);
     MT_ASSERT_INT_EQ(mt_world_size(c), n);
-    /* all ranks of a test run share one machine */
-    MT_ASSERT_INT_EQ(mt_local_rank(c), r);
-    MT_ASSERT_INT_EQ(mt_local_world_size(c), n);
-    MT_ASSERT_INT_EQ(mt_node_rank(c), 0);
+    /* the real host layout: one machine, or the nodes of tests/cluster.sh */
+    mt_test_layout l = mt_test_host_layout();
+    MT_ASSERT_INT_EQ(mt_local_rank(c), l.local_rank);
+    MT_ASSERT_INT_EQ(mt_local_world_size(c), l.local_size);
+    MT_ASSERT_INT_EQ(mt_node_rank(c), l.node_rank);
     CU_ASSERT(mt_num_cpus(c) >= 1);
     MT_ASSERT_INT_EQ(mt_attempt(c), 0);
     int cmp;

@@ -1,38 +1,76 @@
 /*
  * mpitrain-info -- print where every rank of a job sits: world and local rank, node rank,
- * and the CPUs it may use. A quick check of a launch line (binding, mapping, node count)
+ * the number and list of CPUs it may use, and its host name. A quick check of a launch line (binding, mapping, node count)
  * before a long job: `mpirun -np 4 --map-by slot:PE=2 --bind-to core mpitrain-info`.
  */
 #include <mpitrain.h>
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: mpirun -np N mpitrain-info [OPTIONS]\n"
             "\n"
-            "Prints one line per rank (world rank, local rank, node rank, CPUs) and checks the\n"
-            "launch against the options below, like a training job would.\n\n");
+            "Prints one line per rank (world rank, local rank, node rank, number of CPUs, host\n"
+            "name, CPU list) and checks the launch against the options below, like a training\n"
+            "job would.\n\n");
     mt_config_usage(out);
 }
+
+/* "0-3,6" from this process's affinity mask */
+static void cpu_list(char *out, size_t len)
+{
+    cpu_set_t set;
+    size_t used = 0;
+    out[0] = '\0';
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+        snprintf(out, len, "?");
+        return;
+    }
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set))
+            continue;
+        int last = cpu;
+        while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set))
+            last++;
+        int n = last > cpu ? snprintf(out + used, len - used, "%s%d-%d", used ? "," : "", cpu, last)
+                           : snprintf(out + used, len - used, "%s%d", used ? "," : "", cpu);
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+        cpu = last;
+    }
+}
+
+enum { TEXT = 256 };
+typedef struct {
+    int nums[5]; /* world rank, local rank, local world size, node rank, CPUs */
+    char host[TEXT], cpus[TEXT];
+} row;
 
 static int report(mt_context *c, void *arg)
 {
     int n = mt_world_size(c);
-    int row[5] = {mt_world_rank(c), mt_local_rank(c), mt_local_world_size(c), mt_node_rank(c),
-                  mt_num_cpus(c)};
-    int *all = calloc((size_t)n * 5, sizeof *all);
+    row mine = {{mt_world_rank(c), mt_local_rank(c), mt_local_world_size(c), mt_node_rank(c),
+                 mt_num_cpus(c)}, {0}, {0}};
+    if (gethostname(mine.host, sizeof mine.host - 1) != 0)
+        snprintf(mine.host, sizeof mine.host, "?");
+    cpu_list(mine.cpus, sizeof mine.cpus);
+    row *all = calloc((size_t)n, sizeof *all);
     if (!all)
         return MT_ENOMEM;
-    int rc = mt_allgather(c, row, all, 5, MT_I32);
+    int rc = mt_allgather(c, &mine, all, sizeof mine, MT_U8);
     if (rc == MT_OK && mt_world_rank(c) == 0) {
         printf("experiment %s: %d rank%s\n", mt_experiment_name(c), n, n == 1 ? "" : "s");
         for (int r = 0; r < n; r++)
-            printf("rank %d/%d: local %d/%d node %d cpus %d\n", all[r * 5], n, all[r * 5 + 1],
-                   all[r * 5 + 2], all[r * 5 + 3], all[r * 5 + 4]);
+            printf("rank %d/%d: local %d/%d node %d cpus %d host %s cpu-list %s\n",
+                   all[r].nums[0], n, all[r].nums[1], all[r].nums[2], all[r].nums[3],
+                   all[r].nums[4], all[r].host, all[r].cpus);
         fflush(stdout);
     }
     free(all);

@@ -10,10 +10,18 @@
  * SIGTERM or SIGINT itself. SIGINT, SIGUSR1 and SIGUSR2 are forwarded to the command; the
  * first SIGTERM goes on as SIGUSR1 (checkpoint and stop), a second one as SIGTERM. Its own
  * exit status is the command's last one.
+ *
+ * After a node is lost, a rerun on the same hosts would fail again. With --hostfile FILE
+ * (re-read before every attempt: whoever manages the hosts edits it) or --host-discovery
+ * CMD (run before every attempt; prints the hosts that answer, as Horovod's elastic mode
+ * asks its discovery script), each attempt gets a hostfile of the hosts usable now, through
+ * OMPI_MCA_orte_default_hostfile (and MT_HOSTFILE): an mpirun without -np then starts one
+ * rank per slot there, and the run resumes from its checkpoint at the new world size.
  */
 #include <mpitrain.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +30,13 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t child_pid, stop_asked, last_signal, terms;
+static char hosts_path[PATH_MAX]; /* this run's hostfile for the attempts, removed at exit */
+
+static void remove_hosts_file(void)
+{
+    if (hosts_path[0])
+        unlink(hosts_path);
+}
 
 /* The first SIGTERM is passed on as SIGUSR1: mpirun forwards SIGUSR1 to every rank and
  * leaves them running, so the job checkpoints and stops at its next report, while mpirun
@@ -36,10 +51,79 @@ static void forward(int sig)
         kill((pid_t)child_pid, to);
 }
 
+/* The hosts for the next attempt, from a hostfile or a discovery command's output: lines
+ * "HOST", "HOST slots=N" or "HOST:N"; blank lines and '#' comments are skipped. Writes them
+ * as an Open MPI hostfile to *path (created once, rewritten each time) and into desc.
+ * Returns the number of hosts, or -1 after printing why. */
+static int usable_hosts(const char *file, const char *discover, char *desc, size_t desc_len)
+{
+    FILE *in = discover ? popen(discover, "r") : fopen(file, "r");
+    if (!in) {
+        fprintf(stderr, "mpitrain-run: %s %s: %s\n", discover ? "cannot run" : "cannot read",
+                discover ? discover : file, strerror(errno));
+        return -1;
+    }
+    char *path = hosts_path;
+    if (!path[0]) {
+        snprintf(path, PATH_MAX, "%s/mpitrain-run-hosts.XXXXXX",
+                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        int fd = mkstemp(path);
+        if (fd < 0) {
+            fprintf(stderr, "mpitrain-run: cannot create %s: %s\n", path, strerror(errno));
+            path[0] = '\0';
+            discover ? pclose(in) : fclose(in);
+            return -1;
+        }
+        close(fd);
+        atexit(remove_hosts_file);
+    }
+    FILE *outf = fopen(path, "w");
+    int n = 0;
+    size_t used = 0;
+    desc[0] = '\0';
+    char line[1024];
+    while (outf && fgets(line, sizeof line, in)) {
+        char host[256], rest[768] = "";
+        long slots = 1;
+        if (sscanf(line, " %255[^ \t\n:#] %767[^\n]", host, rest) < 1)
+            continue;
+        char *colon = strchr(line, ':'), *eq = strstr(rest, "slots=");
+        if (colon && !strchr(host, ':'))
+            slots = strtol(colon + 1, NULL, 10);
+        else if (eq)
+            slots = strtol(eq + 6, NULL, 10);
+        if (slots < 1) {
+            fprintf(stderr, "mpitrain-run: %s: host %s: slots must be >= 1; line ignored\n",
+                    discover ? discover : file, host);
+            continue;
+        }
+        fprintf(outf, "%s slots=%ld\n", host, slots);
+        int w = snprintf(desc + used, desc_len - used, "%s%s (%ld slot%s)", n ? ", " : "", host,
+                         slots, slots == 1 ? "" : "s");
+        if (w > 0 && (size_t)w < desc_len - used)
+            used += (size_t)w;
+        n++;
+    }
+    int status = discover ? pclose(in) : (fclose(in), 0);
+    if (!outf || fclose(outf) != 0) {
+        fprintf(stderr, "mpitrain-run: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (discover && status != 0) {
+        fprintf(stderr, "mpitrain-run: host discovery '%s' failed (status %d)\n", discover,
+                WIFEXITED(status) ? WEXITSTATUS(status) : status);
+        return -1;
+    }
+    if (n == 0)
+        fprintf(stderr, "mpitrain-run: %s names no host\n", discover ? discover : file);
+    return n ? n : -1;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
-        "usage: mpitrain-run [--max-failures N] [--quiet] -- COMMAND [ARGS...]\n"
+        "usage: mpitrain-run [--max-failures N] [--hostfile FILE | --host-discovery CMD]\n"
+        "                    [--quiet] -- COMMAND [ARGS...]\n"
         "\n"
         "Runs COMMAND (an mpirun or srun line) and reruns it when it dies or fails, up to N\n"
         "times (default 3; -1 = no limit). A rerun of the same training command resumes\n"
@@ -48,6 +132,12 @@ static void usage(FILE *out)
         "sent SIGTERM or SIGINT. Forwards SIGINT, SIGUSR1 and SIGUSR2 to COMMAND; the first\n"
         "SIGTERM is forwarded as SIGUSR1 (the job checkpoints and stops with status %d),\n"
         "a second SIGTERM as SIGTERM (mpirun then kills the job).\n"
+        "--hostfile FILE, --host-discovery CMD: before every attempt, read FILE or run CMD\n"
+        "(sh -c) for the hosts that are usable now, one a line: HOST, HOST slots=N or\n"
+        "HOST:N; the attempt runs on those (OMPI_MCA_orte_default_hostfile and MT_HOSTFILE\n"
+        "name a hostfile of them; give mpirun no -np and it starts one rank per slot), so\n"
+        "after a node is lost the job restarts on the nodes that answer and resumes at the\n"
+        "smaller world size.\n"
         "Exit status: COMMAND's last; %d means a collective stalled past its timeout.\n",
         MT_EXIT_PREEMPTED, MT_EXIT_PREEMPTED, MT_EXIT_STALLED);
 }
@@ -70,6 +160,7 @@ int main(int argc, char **argv)
 {
     int max_failures = 3, first = -1;
     bool quiet = false;
+    const char *hostfile = NULL, *discover = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
             first = i + 1;
@@ -81,6 +172,12 @@ int main(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--quiet")) {
             quiet = true;
+            continue;
+        }
+        const char **opt = !strcmp(argv[i], "--hostfile") ? &hostfile
+                           : !strcmp(argv[i], "--host-discovery") ? &discover : NULL;
+        if (opt && i + 1 < argc) {
+            *opt = argv[++i];
             continue;
         }
         const char *v = NULL;
@@ -101,6 +198,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "mpitrain-run: no command given after -- (see --help)\n");
         return 2;
     }
+    if (hostfile && discover) {
+        fprintf(stderr, "mpitrain-run: --hostfile and --host-discovery exclude each other\n");
+        return 2;
+    }
+    char hosts[4096] = "", last_hosts[4096] = "";
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = forward;
@@ -110,6 +212,20 @@ int main(int argc, char **argv)
         sigaction(sigs[i], &sa, NULL);
     int failures = 0, status = 0;
     for (int attempt = 1;; attempt++) {
+        if ((hostfile || discover)
+            && usable_hosts(hostfile, discover, hosts, sizeof hosts) < 0) {
+            fprintf(stderr, "mpitrain-run: attempt %d: no usable host; not %s\n", attempt,
+                    attempt == 1 ? "starting" : "rerunning");
+            status = attempt == 1 ? 1 << 8 : status;
+            break;
+        }
+        if (hosts_path[0]) {
+            if (strcmp(hosts, last_hosts))
+                fprintf(stderr, "mpitrain-run: attempt %d on %s\n", attempt, hosts);
+            snprintf(last_hosts, sizeof last_hosts, "%s", hosts);
+            setenv("OMPI_MCA_orte_default_hostfile", hosts_path, 1);
+            setenv("MT_HOSTFILE", hosts_path, 1);
+        }
         pid_t pid = fork();
         if (pid < 0) {
             fprintf(stderr, "mpitrain-run: fork: %s\n", strerror(errno));

@@ -1,0 +1,88 @@
+#!/bin/sh
+# Losing a node (tests/cluster.sh, 2 nodes x 2 ranks): in the middle of training every
+# process of node 2 is killed (its Open MPI daemon included) and the node stays dead.
+# The job must end by itself naming the lost host, and mpitrain-run, which asks
+# `cluster.sh hosts` for the hosts that answer before each attempt, must restart it on
+# node 1 alone: the run resumes from the latest checkpoint at world size 2, every
+# iteration appears once, run.json counts 2 attempts and the failure, and no committed
+# checkpoint is lost. Prints the time to detect the loss and the time to resume.
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+. "${top_srcdir:-.}/tests/cluster-lib.sh"
+skip_in_quick_check
+b=$(cd "${top_builddir:-.}" && pwd)
+scratch cluster-fault
+
+# mpitrain-run's host list, without a cluster: read again before every attempt, in every
+# accepted form, handed over as a hostfile
+run="$b/tools/mpitrain-run"
+hosts="$store/hosts"
+printf '# hosts\nh1\n\nh2 slots=3\nh3:2\nh4 slots=0\n' >"$hosts"
+"$run" --max-failures 1 --hostfile "$hosts" -- sh -c 'cat "$MT_HOSTFILE"
+    [ "$OMPI_MCA_orte_default_hostfile" = "$MT_HOSTFILE" ] || exit 3
+    [ -e "$0.again" ] && exit 0
+    touch "$0.again"; echo "h9:4" >"$0"; exit 1' "$hosts" >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(tr '\n' ' ' <"$out")" = "h1 slots=1 h2 slots=3 h3 slots=2 h9 slots=4 " ] \
+    && grep -q "attempt 1 on h1 (1 slot), h2 (3 slots), h3 (2 slots)$" "$err" \
+    && grep -q "host h4: slots must be >= 1; line ignored" "$err" && grep -q "attempt 2 on h9 (4 slots)$" "$err"; then
+    ok "mpitrain-run --hostfile: read before every attempt (HOST, slots=N, HOST:N), passed as a hostfile"
+else bad "mpitrain-run --hostfile (exit $rc)"; cat "$out"; fi
+"$run" --host-discovery "exit 4" -- true >"$out" 2>"$err"
+rc1=$?
+"$run" --host-discovery "echo '# none'" -- true >>"$out" 2>>"$err"
+rc2=$?
+"$run" --hostfile "$hosts" --host-discovery true -- true >>"$out" 2>>"$err"
+rc3=$?
+if [ $rc1 -eq 1 ] && [ $rc2 -eq 1 ] && [ $rc3 -eq 2 ] && grep -q "host discovery 'exit 4' failed (status 4)" "$err" \
+    && grep -q "echo '# none' names no host" "$err" && grep -q "attempt 1: no usable host; not starting" "$err"; then
+    ok "mpitrain-run: a failed or empty host discovery starts nothing"
+else bad "mpitrain-run host discovery errors (exits $rc1 $rc2 $rc3)"; fi
+
+cluster_up mtf 2 2
+fmnist_h5
+"$cl" -n "$cname" hostfile 2 2 >/dev/null
+now() { date +%s.%N; }
+since() { awk "BEGIN { printf \"%.1f\", $(now) - $1 }"; }
+d="$store/runs/lose-node"
+common="--data $data --storage-path $store/runs --steps-per-epoch 30 --epochs 5 --checkpoint-frequency 1 --num-to-keep 0"
+# shellcheck disable=SC2086
+timeout -k 10 $climit "$cl" -n "$cname" run "$b/tools/mpitrain-run" --max-failures 2 \
+    --host-discovery "$cl -n $cname hosts" -- mpirun "$b/tools/trainer" $common --name lose-node \
+    >"$out" 2>"$err" &
+sup=$!
+for _ in $(seq 1 1200); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.05; done
+latest=$(cd "$d" && ls -d checkpoint_0* 2>/dev/null | tail -n 1)
+t0=$(now)
+"$cl" -n "$cname" kill "${cname}2"
+detect=""; resume=""
+while kill -0 $sup 2>/dev/null; do
+    [ -z "$detect" ] && grep -q "attempt 1 .*rerunning" "$err" && detect=$(since "$t0")
+    [ -z "$resume" ] && grep -q "world_size\":2" "$d/result.json" 2>/dev/null && resume=$(since "$t0")
+    sleep 0.05
+done
+wait $sup
+rc=$?
+echo "node ${cname}2 killed after $latest; job ended and was rerun after ${detect:-?} s;" \
+    "first report at world size 2 after ${resume:-?} s"
+its=$(grep -o '"training_iteration": *[0-9][0-9]*' "$d/result.json" 2>/dev/null | sed 's/.*: *//' | tr '\n' ' ')
+sizes=$(grep -o '"world_size": *[0-9][0-9]*' "$d/result.json" 2>/dev/null | sed 's/.*: *//' | tr '\n' ' ')
+attempts=$(sed -n 's/.*"attempts": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
+failures=$(sed -n 's/.*"failures": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
+if grep -q "attempt 1 on ${cname}1 (2 slots), ${cname}2 (2 slots)" "$err" \
+    && grep -q "node ${cname}2" "$err" && grep -q "attempt 2 on ${cname}1 (2 slots)$" "$err"; then
+    ok "the job ended naming the lost host ${cname}2; attempt 2 ran on ${cname}1 alone"
+else bad "the node's loss and the hosts of each attempt"; fi
+if [ $rc -eq 0 ] && [ "$its" = "1 2 3 4 5 " ] && [ "${attempts:-0}" -eq 2 ] && [ "${failures:-0}" -eq 1 ] \
+    && grep -q '"status": "finished"' "$d/run.json" && grep -q "resumed from .*$latest\|resumed from .*checkpoint_00000[2-9]" "$out" \
+    && case "$sizes" in "4 4 "*"2 2 2 ") true ;; *) false ;; esac; then
+    ok "resumed at world size 2 from the latest checkpoint: iterations $its(world sizes $sizes), 2 attempts, 1 failure"
+else bad "restart on the nodes left (exit $rc, iterations '$its', world sizes '$sizes', attempts '$attempts', failures '$failures')"; fi
+missing=""
+for i in 0 1 2 3 4; do [ -f "$d/checkpoint_00000$i/checkpoint.h5" ] || missing="$missing $i"; done
+if [ -z "$missing" ] && ! ls -d "$d"/.checkpoint_* >/dev/null 2>&1 \
+    && "$b/tools/mpitrain-show" "$d" >/dev/null 2>>"$err"; then
+    ok "every checkpoint committed before and after the loss is there (0 to 4), no half-written one"
+else bad "checkpoints after the loss (missing:$missing)"; ls -la "$d"; fi
+
+finish

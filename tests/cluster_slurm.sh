@@ -1,0 +1,137 @@
+#!/bin/sh
+# Slurm across emulated nodes (tests/cluster.sh, 2 nodes): one slurmd per node (its own host
+# name, address and private TmpFS for PMIx), one slurmctld on the head (its own host name),
+# its own munged; everything stopped at the end.
+#  - scripts/slurm/train.sbatch with `sbatch -N 2 --ntasks-per-node=2` launches through
+#    srun --mpi=pmix: mpitrain-info sees 4 ranks on 2 hosts with node ranks 0 and 1;
+#  - the trainer under the same script, sent SIGUSR1 as Slurm does before preemption,
+#    checkpoints, requeues itself, resumes on both nodes and completes, every iteration once.
+# Plain build only: the sanitized build runs the same code paths in tests/cluster_mpi.sh.
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+. "${top_srcdir:-.}/tests/cluster-lib.sh"
+skip_in_quick_check
+if [ -n "${MT_SANITIZED:-}" ]; then echo "skipped: Slurm across nodes runs in the plain build"; exit 77; fi
+b=$(cd "${top_builddir:-.}" && pwd)
+src=$(cd "${top_srcdir:-.}" && pwd)
+for p in slurmctld slurmd sbatch munged; do
+    command -v $p >/dev/null 2>&1 || { bad "$p not installed (scripts/setup.sh --slurm)"; finish; }
+done
+scratch cluster-slurm
+chmod 755 "$store"
+cluster_up mts 4 2
+tmp=$store
+state=/run/mpitrain-cluster/$cname
+net=$(cat "$state/net")
+slurm_down() {
+    "$cl" -n "$cname" run scontrol shutdown >/dev/null 2>&1
+    sleep 1
+    cluster_down # the slurmd processes with their nodes; slurmctld and munged by MT_CLUSTER_RUN
+}
+trap slurm_down EXIT
+
+# a munged of this test's own, on its own socket (tests/slurm.sh may start and stop the
+# machine's at the same time); a socket is a file, reachable from every node
+if [ ! -s /etc/munge/munge.key ]; then
+    mkdir -p /etc/munge
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
+fi
+chown munge:munge /etc/munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
+mkdir -p "$tmp/munge" && chown munge:munge "$tmp/munge" && chmod 700 "$tmp/munge"
+if ! MT_CLUSTER_RUN=$cname runuser -u munge -- munged --force --socket="$tmp/munge/socket" \
+    --pid-file="$tmp/munge/pid" --log-file="$tmp/munge/log" --seed-file="$tmp/munge/seed"; then
+    bad "munged did not start"; cat "$tmp/munge/log" 2>/dev/null; finish
+fi
+mkdir -p "$tmp/state" "$tmp/nodetmp" "$tmp/tmp.${cname}1" "$tmp/tmp.${cname}2"
+# PMIx makes a per-step folder under TmpFS: the nodes share one file system, so each gets a
+# private folder mounted at the same path (TmpFS) in its own mount namespace
+cat >"$tmp/slurm.conf" <<CONF
+ClusterName=mpitrain-nodes
+SlurmctldHost=${cname}head($net.254)
+SlurmctldPort=6937
+SlurmdPort=6938
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$tmp/munge/socket
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool.%n
+SlurmctldPidFile=$state/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd.%n.pid
+SlurmctldLogFile=$tmp/slurmctld.log
+SlurmdLogFile=$tmp/slurmd.%n.log
+TmpFS=$tmp/nodetmp
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+JobRequeue=1
+SchedulerType=sched/backfill
+NodeName=${cname}1 NodeAddr=$net.1 CPUs=2 RealMemory=2000 State=UNKNOWN
+NodeName=${cname}2 NodeAddr=$net.2 CPUs=2 RealMemory=2000 State=UNKNOWN
+PartitionName=nodes Nodes=${cname}[1-2] Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+echo "PMIxCliTmpDirBase=$tmp/nodetmp" >"$tmp/mpi.conf"
+export SLURM_CONF="$tmp/slurm.conf"
+MT_CLUSTER_RUN=$cname unshare --uts --mount --propagation private sh -c \
+    'hostname "$1" && mount --bind "$2" /etc/hosts && exec slurmctld' sh "${cname}head" "$state/hosts"
+for k in 1 2; do
+    "$cl" exec "$cname$k" sh -c 'mount --bind "$1" "$2" && exec slurmd -N "$3"' sh \
+        "$tmp/tmp.$cname$k" "$tmp/nodetmp" "$cname$k"
+done
+sl() { "$cl" -n "$cname" run "$@"; }
+for _ in $(seq 1 150); do
+    [ "$(sl sinfo -h -N -o %t 2>/dev/null | grep -c idle)" -eq 2 ] && break
+    sleep 0.2
+done
+if [ "$(sl sinfo -h -N -o %t 2>/dev/null | grep -c idle)" -ne 2 ]; then
+    bad "Slurm did not bring up both nodes"; sl sinfo -N 2>&1; tail -n 20 "$tmp"/slurm*.log; finish
+fi
+echo "slurm is up: $(sl sinfo -h -N -o '%N %t' | tr '\n' ' ')"
+limit=$((300 * ${MT_TEST_TIMEOUT_SCALE:-1}))
+
+# where the ranks sit: 2 nodes x 2 tasks through srun --mpi=pmix
+jid=$(MT_TRAINER="$b/tools/mpitrain-info" timeout $limit "$cl" -n "$cname" run sbatch --parsable --wait \
+    -N 2 --ntasks-per-node=2 --output="$tmp/job-info.out" "$src/scripts/slurm/train.sbatch" \
+    --storage-path "$tmp/runs" 2>"$err")
+rc=$?
+cp "$tmp/job-info.out" "$out" 2>/dev/null
+if [ $rc -eq 0 ] && grep -q "^rank 0/4: local 0/2 node 0 .* host ${cname}1 " "$out" \
+    && grep -q "^rank 1/4: local 1/2 node 0 .* host ${cname}1 " "$out" \
+    && grep -q "^rank 2/4: local 0/2 node 1 .* host ${cname}2 " "$out" \
+    && grep -q "^rank 3/4: local 1/2 node 1 .* host ${cname}2 " "$out"; then
+    ok "sbatch -N 2 --ntasks-per-node=2, srun --mpi=pmix: 4 ranks, node ranks 0 and 1 on ${cname}1 and ${cname}2"
+else bad "sbatch -N 2 with mpitrain-info (exit $rc, job '$jid')"; fi
+
+# train, be preempted (SIGUSR1), requeue, resume, complete
+fmnist_h5
+jid=$(MT_TRAINER="$b/tools/trainer" "$cl" -n "$cname" run sbatch --parsable -N 2 --ntasks-per-node=2 \
+    --output="$tmp/job-requeue.out" "$src/scripts/slurm/train.sbatch" --data "$data" \
+    --storage-path "$tmp/runs" --steps-per-epoch 10 --epochs 30 2>"$err")
+d="$tmp/runs/mpitrain-$jid"
+for _ in $(seq 1 900); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.1; done
+sl scancel --signal=USR1 --batch "$jid"
+state_=""; ended=0; pending=0
+for _ in $(seq 1 $((limit * 5))); do
+    state_=$(sl scontrol show job "$jid" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    [ "$state_" = COMPLETED ] && break
+    case "$state_" in FAILED|CANCELLED|TIMEOUT) ended=$((ended + 1)) ;; *) ended=0 ;; esac
+    [ $ended -ge 75 ] && break
+    # a requeued job is held back for a while; let it start sooner (see tests/slurm.sh)
+    case "$state_" in PENDING) pending=$((pending + 1)) ;; *) pending=0 ;; esac
+    [ $pending -ge 15 ] && sl scontrol update JobId="$jid" StartTime=now >/dev/null 2>&1
+    sleep 0.2
+done
+cp "$tmp/job-requeue.out" "$out" 2>/dev/null
+its=$(grep -o '"training_iteration": *[0-9][0-9]*' "$d/result.json" 2>/dev/null | sed 's/.*: *//' | tr '\n' ' ')
+want=$(seq 1 30 | tr '\n' ' ')
+attempts=$(sed -n 's/.*"attempts": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
+if [ "$state_" = COMPLETED ] && grep -q "requeueing" "$out" && [ "$its" = "$want" ] \
+    && [ "${attempts:-0}" -ge 2 ] && grep -q '"status": "finished"' "$d/run.json" \
+    && ! grep -q '"world_size": *[^4{]' "$d/result.json"; then
+    ok "job $jid on 2 nodes: SIGUSR1, checkpoint, requeue, resume (attempts $attempts), 30 iterations once each at 4 ranks"
+else bad "requeue across nodes (state '$state_', attempts '$attempts', iterations '$its')"; tail -n 20 "$tmp"/slurmctld.log; fi
+
+finish
