@@ -139,10 +139,16 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
 
 int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value)
 {
-    if (!ck || ck->path || !key || !*key || strlen(key) > 255 || !value)
-        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: bad checkpoint, key or value");
+    if (!ck || ck->path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: %s", ck ? "a stored checkpoint is "
+                         "read-only" : "checkpoint is NULL");
+    if (!key || !*key || strlen(key) > 255)
+        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: bad key \"%.300s\" (1 to 255 bytes)",
+                         key ? key : "(null)");
+    if (!value)
+        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta %s: value is NULL", key);
     for (int i = 0; i < ck->nmeta; i++)
-        if (!strcmp(ck->meta_keys[i], key)) {
+        if (!strcmp(ck->meta_keys[i], key)) { /* a key set again takes the new value */
             char *v = mt__strdup(value);
             if (!v)
                 return MT_ENOMEM;
@@ -169,11 +175,52 @@ int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value
     return MT_OK;
 }
 
+/* A file the checkpoint can copy: a readable regular file (following links). */
+static int check_file(int code, const char *what, const char *name, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return mt__error(code, "%s %s: cannot use %s: %s", what, name, path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return mt__error(code, "%s %s: %s is %s, not a regular file", what, name, path,
+                         S_ISDIR(st.st_mode) ? "a directory" : "a special file");
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return mt__error(code, "%s %s: cannot read %s: %s", what, name, path, strerror(errno));
+    close(fd);
+    return MT_OK;
+}
+
+/* rank<r> is where other ranks' files go: a name of that form would collide with them. */
+static bool rank_folder_name(const char *name)
+{
+    if (strncmp(name, "rank", 4) || !name[4])
+        return false;
+    for (const char *p = name + 4; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    return true;
+}
+
 int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path)
 {
-    if (!ck || ck->path || bad_name(name) || !strcmp(name, "checkpoint.h5") || !path)
-        return mt__error(MT_EINVAL, "mt_checkpoint_add_file: bad checkpoint, name \"%s\" or "
-                                    "path", name ? name : "(null)");
+    if (!ck || ck->path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_add_file: %s", ck ? "a stored checkpoint is "
+                         "read-only" : "checkpoint is NULL");
+    if (bad_name(name) || !strcmp(name, "checkpoint.h5") || rank_folder_name(name))
+        return mt__error(MT_EINVAL, "mt_checkpoint_add_file: bad file name \"%.300s\" (1 to 200 "
+                         "bytes, no '/', not starting with '.', not checkpoint.h5 or rank<N>)",
+                         name ? name : "(null)");
+    if (!path || !*path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_add_file %s: path is %s", name,
+                         path ? "empty" : "NULL");
+    for (int i = 0; i < ck->nfiles; i++)
+        if (!strcmp(ck->files[i].name, name))
+            return mt__error(MT_EINVAL, "mt_checkpoint_add_file: a file named %s was added "
+                             "already (from %s)", name, ck->files[i].path);
+    int rc = check_file(MT_EINVAL, "mt_checkpoint_add_file", name, path);
+    if (rc)
+        return rc;
     mt__ck_file *f = realloc(ck->files, (size_t)(ck->nfiles + 1) * sizeof *f);
     if (!f)
         return mt__error(MT_ENOMEM, "out of memory adding file %s", name);
@@ -232,10 +279,12 @@ static int describe_local(const mt_checkpoint *ck, uint64_t *sig, int *nsharded)
         *nsharded += a->layout == MT_SHARDED;
     }
     *sig = h;
-    for (int i = 0; i < ck->nfiles; i++)
-        if (access(ck->files[i].path, R_OK) != 0)
-            return mt__error(MT_EIO, "checkpoint file %s: cannot read %s: %s", ck->files[i].name,
-                             ck->files[i].path, strerror(errno));
+    /* again at commit: the file may have gone or changed since it was added */
+    for (int i = 0; i < ck->nfiles; i++) {
+        int rc = check_file(MT_EIO, "checkpoint file", ck->files[i].name, ck->files[i].path);
+        if (rc)
+            return rc;
+    }
     return MT_OK;
 }
 

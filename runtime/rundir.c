@@ -321,22 +321,29 @@ static void put_json(text *t, json_t *v)
     }
 }
 
+/* One CSV field per RFC 4180: quoted when it holds the separator, a quote, CR or LF (keys
+ * and string values alike, or every later column shifts). */
+static void csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
 static void csv_value(FILE *f, json_t *v)
 {
     if (!v)
         return;
     if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        if (strpbrk(s, ",\"\n")) {
-            fputc('"', f);
-            for (; *s; s++) {
-                if (*s == '"')
-                    fputc('"', f);
-                fputc(*s, f);
-            }
-            fputc('"', f);
-        } else
-            fputs(s, f);
+        csv_field(f, json_string_value(v));
     } else if (json_is_integer(v))
         fprintf(f, "%lld", (long long)json_integer_value(v));
     else if (json_is_real(v)) {
@@ -394,8 +401,11 @@ static int rewrite_csv(mt__rundir *r)
             fclose(out);
         return mt__error(MT_EIO, "cannot rewrite %s/progress.csv", r->dir);
     }
-    for (int i = 0; i < r->ncsv; i++)
-        fprintf(out, "%s%s", i ? "," : "", r->csv_keys[i]);
+    for (int i = 0; i < r->ncsv; i++) {
+        if (i)
+            fputc(',', out);
+        csv_field(out, r->csv_keys[i]);
+    }
     fputc('\n', out);
     char *line = NULL;
     size_t cap = 0;

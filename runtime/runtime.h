@@ -32,6 +32,13 @@ struct mt_metrics {
     int n, cap;
 };
 const mt__metric *mt__metrics_find(const mt_metrics *m, const char *key);
+/* Set a metric of `type`; user=false lets the library set the reserved automatic keys
+ * (training_iteration, timestamp, ...) that the public setters refuse. */
+int mt__metrics_put(mt_metrics *m, const char *key, int type, double f, int64_t i,
+                    const char *str, bool user);
+bool mt__metrics_reserved(const char *key);
+/* MT_EINVAL naming the first reserved key in m (mt_report's check), else MT_OK. */
+int mt__metrics_check_user(const mt_metrics *m);
 void mt__metrics_clear(mt_metrics *m);
 int mt__metrics_copy(mt_metrics *dst, const mt_metrics *src);
 int mt__metrics_encode(const mt_metrics *m, char **out, size_t *len);
