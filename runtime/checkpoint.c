@@ -300,7 +300,8 @@ typedef struct {
 } writer;
 
 /* Test hook: MT_TEST_COMMIT_PAUSE=SECONDS pauses rank 0 after the first piece of checkpoint
- * number MT_TEST_COMMIT_PAUSE_AT (default 0), so a test can kill it mid-commit. */
+ * number MT_TEST_COMMIT_PAUSE_AT (default 0), so a test can kill it mid-commit; with
+ * MT_TEST_COMMIT_RESUME_FILE=PATH the pause ends as soon as PATH exists. */
 static bool pause_here(int64_t index)
 {
     const char *p = getenv("MT_TEST_COMMIT_PAUSE"), *at = getenv("MT_TEST_COMMIT_PAUSE_AT");
@@ -309,11 +310,12 @@ static bool pause_here(int64_t index)
 
 static void test_pause(void)
 {
-    const char *p = getenv("MT_TEST_COMMIT_PAUSE");
+    const char *p = getenv("MT_TEST_COMMIT_PAUSE"), *go = getenv("MT_TEST_COMMIT_RESUME_FILE");
     if (p && atof(p) > 0) {
         fprintf(stderr, "mpitrain: test hook: pid %d pausing %s s inside a checkpoint commit\n", (int)getpid(), p);
         fflush(stderr);
-        usleep((useconds_t)(atof(p) * 1e6));
+        for (double left = atof(p); left > 0 && !(go && access(go, F_OK) == 0); left -= 0.05)
+            usleep(50000);
     }
 }
 
@@ -692,7 +694,7 @@ static int verify(const char *dir, mt__ckpt_index *ix)
     return rc;
 }
 
-int mt__checkpoint_pick_valid(mt__rundir *run, int verbose)
+int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteration)
 {
     /* newest first */
     for (;;) {
@@ -705,7 +707,11 @@ int mt__checkpoint_pick_valid(mt__rundir *run, int verbose)
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[best].name);
         mt__ckpt_index ix;
-        if (verify(dir, &ix) == MT_OK) {
+        if (run->kept[best].iteration > max_iteration)
+            mt__error(MT_EFORMAT, "its report (training_iteration %lld) is not in result.json, "
+                      "which ends at %lld: the job ended between the commit and the report",
+                      (long long)run->kept[best].iteration, (long long)max_iteration);
+        else if (verify(dir, &ix) == MT_OK) {
             mt__ckpt_index_free(&ix);
             run->latest = best;
             return best;

@@ -6,7 +6,11 @@
  *   ckpt_probe twice NAME ROWS    like save, with a second checkpoint (tests pause in it)
  *   ckpt_probe big NAME MIB       a MIB-sized sharded checkpoint; rank 0 prints how much its
  *                                 peak resident memory grew during the commit
- * Storage: MT_STORAGE_PATH.
+ *   ckpt_probe report NAME N      N reports (metric k = 0..N-1), a checkpoint holding k with
+ *                                 every MT_PROBE_CKPT_EVERY-th (default 1); a resumed run
+ *                                 continues after the restored k; MT_PROBE_FAIL_AT=K fails
+ *                                 the first attempt after report K
+ * Storage: MT_STORAGE_PATH. A failed fit prints "ckpt_probe: rank R: ERROR" on every rank.
  */
 #include "harness.h"
 
@@ -91,6 +95,36 @@ static int big(mt_context *c, long long mib)
     return rc;
 }
 
+static int report(mt_context *c, long long n)
+{
+    const char *every_env = getenv("MT_PROBE_CKPT_EVERY"), *fail_env = getenv("MT_PROBE_FAIL_AT");
+    long long every = every_env ? atoll(every_env) : 1, fail_at = fail_env ? atoll(fail_env) : 0;
+    const mt_checkpoint *from = mt_get_checkpoint(c);
+    long long k = 0;
+    int rc = MT_OK;
+    if (from) {
+        int64_t v = 0;
+        rc = mt_checkpoint_get(from, "k", MT_I64, &v, 1);
+        k = v + 1;
+    }
+    for (; k < n && !rc; k++) {
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_i64(m, "k", k);
+        mt_checkpoint *ck = NULL;
+        int64_t v = k;
+        if (every > 0 && (k + 1) % every == 0) {
+            ck = mt_checkpoint_new();
+            mt_checkpoint_put(ck, "k", MT_I64, 1, (size_t[]){1}, &v, MT_REPLICATED);
+        }
+        rc = mt_report(c, m, ck);
+        mt_checkpoint_free(&ck);
+        mt_metrics_free(&m);
+        if (!rc && fail_at && k + 1 == fail_at && mt_attempt(c) == 0)
+            rc = MT_EIO;
+    }
+    return rc;
+}
+
 static int train(mt_context *c, void *arg)
 {
     const probe *p = arg;
@@ -100,6 +134,8 @@ static int train(mt_context *c, void *arg)
         return save(c, p->n, 2);
     if (!strcmp(p->mode, "load"))
         return load(c, p->n);
+    if (!strcmp(p->mode, "report"))
+        return report(c, p->n);
     return big(c, p->n);
 }
 
@@ -107,7 +143,7 @@ int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
     if (argc != 4) {
-        fprintf(stderr, "usage: ckpt_probe save|load|twice|big NAME N\n");
+        fprintf(stderr, "usage: ckpt_probe save|load|twice|big|report NAME N\n");
         mt_finalize();
         return 2;
     }
@@ -121,8 +157,11 @@ int main(int argc, char **argv)
     int rc = mt_trainer_create(&t, train, &p, &cfg);
     if (!rc)
         rc = mt_trainer_fit(t, &r);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rc && strcmp(p.mode, "save") && strcmp(p.mode, "twice"))
-        fprintf(stderr, "ckpt_probe: %s\n", r && mt_result_error(r) ? mt_result_error(r) : mt_last_error());
+        fprintf(stderr, "ckpt_probe: rank %d: %s\n", rank,
+                r && mt_result_error(r) ? mt_result_error(r) : mt_last_error());
     mt_result_free(&r);
     mt_trainer_destroy(&t);
     mt_finalize();

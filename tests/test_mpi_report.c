@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -757,6 +759,62 @@ static void test_checkpoint_builder_refusals(void)
     unlink(file);
 }
 
+/* ------------------------------------------------------------ run directory ownership */
+
+/* Another job holds run.lock (here: another open file description of this process on
+ * rank 0, as flock sees it): fit is refused on every rank with the holder's name, and
+ * nothing in the folder is touched; once released, the run starts. */
+static void test_run_lock_refuses_second_owner(void)
+{
+    char dir[1024], lock[1100];
+    snprintf(dir, sizeof dir, "%s/locked", mt_test_storage());
+    snprintf(lock, sizeof lock, "%s/run.lock", dir);
+    int fd = -1;
+    if (R() == 0) {
+        mkdir(dir, 0755);
+        fd = open(lock, O_RDWR | O_CREAT, 0644);
+        CU_ASSERT(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+        const char *who = "pid 99999 on host elsewhere, Slurm job 77, started 2026-01-01 00:00:00 UTC\n";
+        CU_ASSERT(write(fd, who, strlen(who)) == (ssize_t)strlen(who));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit(config("locked"), three_reports, NULL, &res), MT_EINVAL);
+    char want[1200];
+    snprintf(want, sizeof want, "%s is in use by another job (pid 99999 on host elsewhere, Slurm "
+             "job 77, started 2026-01-01 00:00:00 UTC)", dir);
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), want);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), want);
+    CU_ASSERT(strstr(mt_result_error(res) ? mt_result_error(res) : "", "rank 0 failed") == NULL);
+    mt_result_free(&res);
+    if (R() == 0) {
+        struct stat st;
+        CU_ASSERT(stat(run_file("locked", "run.json"), &st) != 0);
+        CU_ASSERT(stat(run_file("locked", "params.json"), &st) != 0);
+        close(fd); /* the other job ends */
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MT_ASSERT_INT_EQ(fit(config("locked"), three_reports, NULL, NULL), MT_OK);
+    if (R() == 0) {
+        json_t *rows = rows_of("locked");
+        MT_ASSERT_INT_EQ(json_array_size(rows), 3);
+        json_decref(rows);
+        /* the finished run's lock file names this job, and the lock is free again */
+        char text[512] = "";
+        FILE *f = fopen(lock, "r");
+        if (f) {
+            CU_ASSERT_PTR_NOT_NULL(fgets(text, sizeof text, f));
+            fclose(f);
+        }
+        char pid[64];
+        snprintf(pid, sizeof pid, "pid %d on host ", (int)getpid());
+        MT_ASSERT_STR_CONTAINS(text, pid);
+        fd = open(lock, O_RDWR);
+        CU_ASSERT(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+        close(fd);
+    }
+}
+
 static const mt_test tests[] = {
     {"report_files", test_report_files},
     {"checkpoint_contents_and_retention", test_checkpoint_contents_and_retention},
@@ -770,6 +828,7 @@ static const mt_test tests[] = {
     {"reserved_key_in_report", test_reserved_key_in_report},
     {"csv_quoting", test_csv_quoting},
     {"checkpoint_builder_refusals", test_checkpoint_builder_refusals},
+    {"run_lock_refuses_second_owner", test_run_lock_refuses_second_owner},
     {NULL, NULL},
 };
 
