@@ -11,7 +11,10 @@
  * checkpoints and run.json intact.
  *
  * Every array carries a CRC-32 of its bytes in row order; restore verifies it. Each rank
- * sums its own rows (in parallel, before sending) and rank 0 combines the sums.
+ * sums its own rows (in parallel, before sending) and rank 0 combines the sums. What
+ * decides which rows a rank gets back (names, dtypes, shapes, layouts, row offsets,
+ * metadata) is checked too (io/ckpt.c); a checkpoint failing any check is skipped with a
+ * warning naming the file and what failed, and the previous one is used.
  */
 #include "runtime.h"
 
@@ -635,6 +638,8 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
     }
     for (int i = 0; i < ck->nmeta && !status; i++)
         status = mt__ckpt_set_meta(file, ck->meta_keys[i], ck->meta_values[i]);
+    if (!status)
+        status = mt__ckpt_seal(file, h5);
     if (file >= 0) {
         int e = mt__ckpt_close(file, h5, true);
         if (!status)
