@@ -22,19 +22,55 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <errno.h>
+
 #define CKPT_FORMAT 2
 enum { CHECK_NAME, CHECK_DTYPE, CHECK_SHAPE, CHECK_LAYOUT, CHECK_OFFSETS, NCHECKS };
 static const char *const check_what[NCHECKS] = {"name", "dtype", "shape", "layout",
                                                 "row offsets"};
 
+/* The system's reason for the HDF5 failure just seen (the sec2 driver records it as
+ * "error message = '...'" on the error stack), else errno's; call with the lock held,
+ * right after the failing call. */
+typedef struct {
+    char *buf;
+    size_t n;
+} reason;
+
+static herr_t find_reason(unsigned n, const H5E_error2_t *e, void *arg)
+{
+    reason *r = arg;
+    const char *m = e->desc ? strstr(e->desc, "error message = '") : NULL;
+    if (m && !r->buf[0]) {
+        m += strlen("error message = '");
+        size_t len = strcspn(m, "'");
+        snprintf(r->buf, r->n, "%.*s", (int)(len < r->n ? len : r->n - 1), m);
+    }
+    return 0;
+}
+
+static const char *why_failed(char *buf, size_t n, int err)
+{
+    reason r = {buf, n};
+    buf[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, find_reason, &r);
+    if (!buf[0])
+        snprintf(buf, n, "%s", err ? strerror(err) : "HDF5 error");
+    return buf;
+}
+
 int mt__ckpt_create(const char *path, hid_t *out)
 {
+    char why[256];
     mt__h5_lock();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    errno = 0;
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0)
+        why_failed(why, sizeof why, errno);
     mt__h5_unlock();
     if (f < 0)
-        return mt__error(MT_EIO, "%s: cannot create the checkpoint file", path);
+        return mt__error(MT_EIO, "%s: cannot create the checkpoint file: %s", path, why);
     *out = f;
     return MT_OK;
 }
@@ -53,18 +89,22 @@ int mt__ckpt_open(const char *path, hid_t *out)
 
 int mt__ckpt_close(hid_t f, const char *path, bool sync)
 {
+    char why[256];
     mt__h5_lock();
+    errno = 0;
     herr_t e = H5Fclose(f);
+    if (e < 0)
+        why_failed(why, sizeof why, errno);
     mt__h5_unlock();
     if (e < 0)
-        return mt__error(MT_EIO, "%s: close failed", path);
+        return mt__error(MT_EIO, "%s: close failed: %s", path, why);
     if (sync) {
-        int fd = open(path, O_RDONLY);
-        int bad = fd < 0 || fsync(fd) != 0;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int bad = fd < 0 || fsync(fd) != 0, err = errno;
         if (fd >= 0)
             close(fd);
         if (bad)
-            return mt__error(MT_EIO, "%s: fsync failed", path);
+            return mt__error(MT_EIO, "%s: fsync failed: %s", path, strerror(err));
     }
     return MT_OK;
 }
@@ -75,16 +115,22 @@ int mt__ckpt_add_array(hid_t f, const char *name, mt_dtype t, int ndim, const ui
     hsize_t d[8];
     for (int i = 0; i < ndim; i++)
         d[i] = dims[i];
+    char why[256] = "", file[1024] = "";
     mt__h5_lock();
     hid_t sp = H5Screate_simple(ndim, d, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
     /* every row gets written: no fill pass over the file first */
     H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    errno = 0;
     hid_t ds = H5Dcreate2(f, name, mt__h5_native(t), sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (ds < 0) {
+        why_failed(why, sizeof why, errno);
+        H5Fget_name(f, file, sizeof file);
+    }
     H5Pclose(dcpl);
     H5Sclose(sp);
     mt__h5_unlock();
     if (ds < 0)
-        return mt__error(MT_EIO, "checkpoint array %s: cannot create", name);
+        return mt__error(MT_EIO, "%s: checkpoint array %s: cannot create: %s", file, name, why);
     *out = ds;
     return MT_OK;
 }
@@ -105,15 +151,23 @@ int mt__ckpt_rows(hid_t ds, mt_dtype t, uint64_t row, uint64_t nrows, void *data
         count[i] = dims[i];
     H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
     hid_t ms = H5Screate_simple(nd, count, NULL);
+    errno = 0;
     herr_t e = write ? H5Dwrite(ds, mt__h5_native(t), ms, fs, H5P_DEFAULT, data)
                      : H5Dread(ds, mt__h5_native(t), ms, fs, H5P_DEFAULT, data);
+    char why[256] = "", file[1024] = "", name[300] = "";
+    if (e < 0) {
+        why_failed(why, sizeof why, errno);
+        H5Fget_name(ds, file, sizeof file);
+        H5Iget_name(ds, name, sizeof name);
+    }
     H5Sclose(ms);
     H5Sclose(fs);
     mt__h5_unlock();
     if (e < 0)
-        return mt__error(write ? MT_EIO : MT_EFORMAT, "checkpoint: %s of rows %llu..%llu failed",
+        return mt__error(write ? MT_EIO : MT_EFORMAT, "%s: array %s: %s of rows %llu..%llu "
+                         "failed: %s", file, name[0] == '/' ? name + 1 : name,
                          write ? "write" : "read", (unsigned long long)row,
-                         (unsigned long long)(row + nrows));
+                         (unsigned long long)(row + nrows), why);
     return MT_OK;
 }
 
@@ -185,9 +239,14 @@ int mt__ckpt_finish_array(hid_t ds, int layout, uint32_t crc, const int64_t *off
     uint32_t c[NCHECKS];
     array_checks(&a, c);
     attr_write(ds, "check", H5T_NATIVE_UINT32, NCHECKS, c);
+    char why[256] = "", file[1024] = "";
+    errno = 0;
+    H5Fget_name(ds, file, sizeof file);
     herr_t e = H5Dclose(ds);
+    if (e < 0)
+        why_failed(why, sizeof why, errno);
     mt__h5_unlock();
-    return e < 0 ? mt__error(MT_EIO, "checkpoint: closing an array failed") : MT_OK;
+    return e < 0 ? mt__error(MT_EIO, "%s: array %s: close failed: %s", file, a.name, why) : MT_OK;
 }
 
 int mt__ckpt_set_meta(hid_t f, const char *key, const char *value)
@@ -198,14 +257,20 @@ int mt__ckpt_set_meta(hid_t f, const char *key, const char *value)
     hid_t st = H5Tcopy(H5T_C_S1);
     H5Tset_size(st, strlen(value) + 1);
     hid_t sp = H5Screate(H5S_SCALAR);
+    errno = 0;
     hid_t a = H5Acreate2(f, name, st, sp, H5P_DEFAULT, H5P_DEFAULT);
     herr_t e = a < 0 ? -1 : H5Awrite(a, st, value);
+    char why[256] = "", file[1024] = "";
+    if (e < 0) {
+        why_failed(why, sizeof why, errno);
+        H5Fget_name(f, file, sizeof file);
+    }
     if (a >= 0)
         H5Aclose(a);
     H5Sclose(sp);
     H5Tclose(st);
     mt__h5_unlock();
-    return e < 0 ? mt__error(MT_EIO, "checkpoint: metadata %s: write failed", key) : MT_OK;
+    return e < 0 ? mt__error(MT_EIO, "%s: metadata %s: write failed: %s", file, key, why) : MT_OK;
 }
 
 /* ------------------------------------------------------------ reading the index */

@@ -340,10 +340,17 @@ static int write_piece(const void *piece, size_t n, size_t offset, void *arg)
     return rc;
 }
 
+typedef struct {
+    FILE *f;
+    const char *path;
+} copier;
+
 static int copy_piece(const void *piece, size_t n, size_t offset, void *arg)
 {
-    FILE *f = arg;
-    return fwrite(piece, 1, n, f) == n ? MT_OK : mt__error(MT_EIO, "checkpoint file write failed");
+    copier *cp = arg;
+    return fwrite(piece, 1, n, cp->f) == n
+               ? MT_OK
+               : mt__error(MT_EIO, "cannot write %s: %s", cp->path, strerror(errno));
 }
 
 static int drain(const void *piece, size_t n, size_t offset, void *arg)
@@ -426,10 +433,17 @@ static int write_files(mt_context *c, const mt_checkpoint *ck, const char *dir, 
             FILE *out = rc ? NULL : fopen(path, "wb");
             if (!rc && !out)
                 rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
+            copier cp = {out, path};
             if (r > 0) {
-                int e = mt__stream_recv(c->comm, r, size, buf, chunk, out ? copy_piece : drain, out);
+                /* after a failed write, keep receiving so rank r is not left waiting */
+                int e = mt__stream_recv(c->comm, r, size, buf, chunk,
+                                        out && !rc ? copy_piece : drain, &cp);
                 if (!rc)
                     rc = e;
+                if (rc && out) {
+                    fclose(out);
+                    out = NULL;
+                }
             } else if (out) {
                 const mt__ck_file *f = NULL;
                 for (int i = 0; i < ck->nfiles && !f; i++)
@@ -438,16 +452,19 @@ static int write_files(mt_context *c, const mt_checkpoint *ck, const char *dir, 
                 FILE *in = f ? fopen(f->path, "rb") : NULL;
                 size_t n;
                 while (in && (n = fread(buf, 1, chunk, in)) > 0 && !rc)
-                    rc = copy_piece(buf, n, 0, out);
+                    rc = copy_piece(buf, n, 0, &cp);
                 if (!in && !rc)
-                    rc = mt__error(MT_EIO, "cannot read checkpoint file %s", name);
+                    rc = mt__error(MT_EIO, "cannot read checkpoint file %s (%s): %s", name,
+                                   f ? f->path : "not added", strerror(errno));
+                else if (in && ferror(in) && !rc)
+                    rc = mt__error(MT_EIO, "cannot read checkpoint file %s (%s)", name, f->path);
                 if (in)
                     fclose(in);
             }
-            if (out && (fflush(out) != 0 || fsync(fileno(out)) != 0) && !rc)
-                rc = mt__error(MT_EIO, "cannot write %s", path);
-            if (out)
-                fclose(out);
+            if (out && (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) != 0) && !rc)
+                rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
+            if (out && fclose(out) != 0 && !rc)
+                rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
         }
     }
     return rc;

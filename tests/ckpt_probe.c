@@ -14,7 +14,10 @@
  *   ckpt_probe report NAME N      N reports (metric k = 0..N-1), a checkpoint holding k with
  *                                 every MT_PROBE_CKPT_EVERY-th (default 1); a resumed run
  *                                 continues after the restored k; MT_PROBE_FAIL_AT=K fails
- *                                 the first attempt after report K
+ *                                 the first attempt after report K; at report
+ *                                 MT_PROBE_BIG_AT=K (1-based) the checkpoint gets a sharded
+ *                                 array of MT_PROBE_BIG_MIB MiB and the metrics a string of
+ *                                 MT_PROBE_BIG_KIB KiB (to fill a disk)
  * Storage: MT_STORAGE_PATH. A failed fit prints "ckpt_probe: rank R: ERROR" on every rank.
  */
 #include "harness.h"
@@ -118,18 +121,36 @@ static int report(mt_context *c, long long n)
         rc = mt_checkpoint_get(from, "k", MT_I64, &v, 1);
         k = v + 1;
     }
+    const char *big_env = getenv("MT_PROBE_BIG_AT"), *mib_env = getenv("MT_PROBE_BIG_MIB"),
+               *kib_env = getenv("MT_PROBE_BIG_KIB");
+    long long big_at = big_env ? atoll(big_env) : 0;
+    size_t blob_bytes = mib_env ? (size_t)atoll(mib_env) << 20 : 0;
+    size_t text_bytes = kib_env ? (size_t)atoll(kib_env) << 10 : 0;
     for (; k < n && !rc; k++) {
+        bool big = k + 1 == big_at;
         mt_metrics *m = mt_metrics_new();
         mt_metrics_set_i64(m, "k", k);
+        char *text = big && text_bytes ? malloc(text_bytes + 1) : NULL;
+        if (text) {
+            memset(text, 'x', text_bytes);
+            text[text_bytes] = '\0';
+            mt_metrics_set_str(m, "blob", text);
+        }
         mt_checkpoint *ck = NULL;
         int64_t v = k;
-        if (every > 0 && (k + 1) % every == 0) {
+        size_t rows = blob_bytes / 1024 / (size_t)mt_world_size(c);
+        unsigned char *blob = big && rows ? calloc(rows, 1024) : NULL;
+        if ((every > 0 && (k + 1) % every == 0) || blob) {
             ck = mt_checkpoint_new();
             mt_checkpoint_put(ck, "k", MT_I64, 1, (size_t[]){1}, &v, MT_REPLICATED);
+            if (blob)
+                mt_checkpoint_put(ck, "blob", MT_U8, 2, (size_t[]){rows, 1024}, blob, MT_SHARDED);
         }
         rc = mt_report(c, m, ck);
         mt_checkpoint_free(&ck);
         mt_metrics_free(&m);
+        free(blob);
+        free(text);
         if (!rc && fail_at && k + 1 == fail_at && mt_attempt(c) == 0)
             rc = MT_EIO;
     }
