@@ -761,7 +761,8 @@ int mt__run_supersede(mt__rundir *r, int64_t iteration)
 }
 
 /* Remove what a crash left behind: .checkpoint_*.tmp folders, .drop folders half removed,
- * and the temporary files of run.json, params.json, error.txt, result.json and
+ * checkpoint folders numbered at or past next_checkpoint_index (published, but run.json
+ * never recorded them), and the temporary files of run.json, params.json, error.txt, result.json and
  * progress.csv (.NAME.tmp). Only the owner calls this (under run.lock). */
 void mt__run_remove_leftovers(const mt__rundir *r)
 {
@@ -772,6 +773,19 @@ void mt__run_remove_leftovers(const mt__rundir *r)
         bool tmp = n > 4 && !strcmp(e->d_name + n - 4, ".tmp");
         bool drop = n > 5 && !strcmp(e->d_name + n - 5, ".drop");
         bool ck = !strncmp(e->d_name, ".checkpoint_", 12);
+        long long index = -1;
+        char rest = 0;
+        /* a folder renamed into place whose run.json update then failed: never recorded,
+         * and in the way of the next commit of that number */
+        if (sscanf(e->d_name, "checkpoint_%6lld%c", &index, &rest) == 1 && index >= r->next_index) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", r->dir, e->d_name);
+            printf("mpitrain: removing %s, a checkpoint run.json never recorded (its commit "
+                   "did not finish)\n", path);
+            if (mt__rmtree(path))
+                fprintf(stderr, "mpitrain: warning: %s\n", mt_last_error());
+            continue;
+        }
         if (e->d_name[0] != '.' || !(tmp || (ck && drop)))
             continue;
         char path[4096];

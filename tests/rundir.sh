@@ -88,6 +88,18 @@ if [ $rc -eq 0 ] && [ "$had" = yes ] && [ ! -e "$store/$name/error.txt" ] && [ "
     ok "a run that failed once and then finished keeps no error.txt"
 else bad "stale error.txt (exit $rc, error.txt after the failure: '$had')"; ls -la "$store/$name"; fi
 
+# --- a checkpoint folder run.json never recorded (its commit failed after the rename) is
+# in the way of the next commit of that number: removed at start
+name=orphan
+MT_PROBE_FAIL_AT=2 "$run" 2 -x MT_PROBE_FAIL_AT "$probe" report "$name" 4 >"$out" 2>"$err"
+mkdir -p "$store/$name/checkpoint_000002" && echo junk >"$store/$name/checkpoint_000002/checkpoint.h5"
+"$run" 2 "$probe" report "$name" 4 >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(iters $name)" = "$(upto 4)" ] && [ "$(status_of $name)" = finished ] \
+    && [ "$(head -c 4 "$store/$name/checkpoint_000002/checkpoint.h5")" != junk ]; then
+    ok "an unrecorded checkpoint folder in the way of the next commit is removed at start"
+else bad "unrecorded checkpoint folder (exit $rc, rows '$(iters $name)')"; fi
+
 # --- torn tails: a crash cut the last line of result.json and progress.csv
 name=torn
 MT_PROBE_FAIL_AT=6 "$run" 2 -x MT_PROBE_FAIL_AT "$probe" report "$name" 10 >"$out" 2>"$err"
