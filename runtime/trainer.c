@@ -288,7 +288,7 @@ static int lock_run(mt_context *ctx, int *lock_fd)
         (r.code = mt__run_lock(ctx->run_dir, lock_fd)) != MT_OK)
         snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
     mt__error_clear();
-    int rc = mt__bcast_bytes(ctx->comm, &r, sizeof r, 0);
+    int rc = mt__broadcast(ctx->comm, &r, sizeof r, MT_U8, 0);
     if (rc)
         return rc;
     r.msg[sizeof r.msg - 1] = '\0';
