@@ -135,6 +135,21 @@ static void test_report_files(void)
         MT_ASSERT_STR_CONTAINS(first, "\"train, \"\"warm\"\"\"");
         struct stat st;
         CU_ASSERT(stat(run_file("reports", "params.json"), &st) == 0);
+        /* a crash cut a fourth row short: mt_result_load reads the last whole one */
+        f = fopen(run_file("reports", "result.json"), "a");
+        if (f) {
+            fputs("{\"loss\":0.1,\"training_iteration\":4", f);
+            fclose(f);
+        }
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/reports", mt_test_storage());
+        mt_result *loaded = NULL;
+        MT_ASSERT_INT_EQ(mt_result_load(dir, &loaded), MT_OK);
+        it = 0;
+        MT_ASSERT_INT_EQ(mt_metrics_get_i64(mt_result_metrics(loaded), "training_iteration", &it),
+                         MT_OK);
+        MT_ASSERT_INT_EQ(it, 3);
+        mt_result_free(&loaded);
     }
 }
 
