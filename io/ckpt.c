@@ -15,14 +15,13 @@
  */
 #include "io.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
-
-#include <errno.h>
 
 #define CKPT_FORMAT 2
 enum { CHECK_NAME, CHECK_DTYPE, CHECK_SHAPE, CHECK_LAYOUT, CHECK_OFFSETS, NCHECKS };
