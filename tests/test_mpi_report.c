@@ -830,6 +830,46 @@ static void test_run_lock_refuses_second_owner(void)
     }
 }
 
+/* A file added on the last rank becomes a directory before the report: every rank's
+ * error names it; nothing is committed. */
+static int file_replaced_before_commit(mt_context *c, void *arg)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/swap-%d", mt_test_storage(), mt_world_rank(c));
+    FILE *f = fopen(path, "w");
+    fputs("x\n", f);
+    fclose(f);
+    mt_checkpoint *ck = mt_checkpoint_new();
+    int rc = mt_checkpoint_add_file(ck, "swap.txt", path);
+    if (!rc && mt_world_rank(c) == mt_world_size(c) - 1) {
+        unlink(path);
+        mkdir(path, 0755);
+    }
+    mt_metrics *m = mt_metrics_new();
+    if (!rc)
+        rc = mt_report(c, m, ck);
+    mt_metrics_free(&m);
+    mt_checkpoint_free(&ck);
+    rmdir(path);
+    unlink(path);
+    return rc;
+}
+
+static void test_checkpoint_file_checked_at_commit(void)
+{
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit(config("swapped"), file_replaced_before_commit, NULL, &res), MT_EIO);
+    char want[1200];
+    snprintf(want, sizeof want, "checkpoint file swap.txt: %s/swap-%d is a directory, not a "
+             "regular file", mt_test_storage(), P() - 1);
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), want);
+    mt_result_free(&res);
+    if (R() == 0) {
+        struct stat st;
+        CU_ASSERT(stat(run_file("swapped", "checkpoint_000000"), &st) != 0);
+    }
+}
+
 static const mt_test tests[] = {
     {"report_files", test_report_files},
     {"checkpoint_contents_and_retention", test_checkpoint_contents_and_retention},
@@ -844,6 +884,7 @@ static const mt_test tests[] = {
     {"csv_quoting", test_csv_quoting},
     {"checkpoint_builder_refusals", test_checkpoint_builder_refusals},
     {"run_lock_refuses_second_owner", test_run_lock_refuses_second_owner},
+    {"checkpoint_file_checked_at_commit", test_checkpoint_file_checked_at_commit},
     {NULL, NULL},
 };
 
