@@ -96,7 +96,12 @@ void mt_checkpoint_free(mt_checkpoint **cp)
 
 static bool bad_name(const char *name)
 {
-    return !name || !*name || strlen(name) > 200 || strchr(name, '/') || name[0] == '.';
+    if (!name || !*name || strlen(name) > 200 || strchr(name, '/') || name[0] == '.')
+        return true;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) /* a newline in a file name breaks every listing */
+            return true;
+    return false;
 }
 
 int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
@@ -106,8 +111,9 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
         return mt__error(MT_EINVAL, "mt_checkpoint_put: %s", ck ? "a stored checkpoint is "
                                     "read-only" : "checkpoint is NULL");
     if (bad_name(name))
-        return mt__error(MT_EINVAL, "mt_checkpoint_put: bad array name \"%s\" (1 to 200 bytes, "
-                                    "no '/', not starting with '.')", name ? name : "(null)");
+        return mt__error(MT_EINVAL, "mt_checkpoint_put: bad array name \"%.300s\" (1 to 200 "
+                         "bytes, no '/' or control characters, not starting with '.')",
+                         name ? name : "(null)");
     if (mt_dtype_size(t) == 0)
         return mt__error(MT_EINVAL, "mt_checkpoint_put %s: unknown dtype %d", name, (int)t);
     if (ndim < 1 || ndim > 8 || !dims)
@@ -212,7 +218,8 @@ int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path
                          "read-only" : "checkpoint is NULL");
     if (bad_name(name) || !strcmp(name, "checkpoint.h5") || rank_folder_name(name))
         return mt__error(MT_EINVAL, "mt_checkpoint_add_file: bad file name \"%.300s\" (1 to 200 "
-                         "bytes, no '/', not starting with '.', not checkpoint.h5 or rank<N>)",
+                         "bytes, no '/' or control characters, not starting with '.', not "
+                         "checkpoint.h5 or rank<N>)",
                          name ? name : "(null)");
     if (!path || !*path)
         return mt__error(MT_EINVAL, "mt_checkpoint_add_file %s: path is %s", name,

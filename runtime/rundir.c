@@ -673,9 +673,9 @@ static int cut_torn_tail(const char *path, off_t *cut)
 
 int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration)
 {
-    const char *files[] = {"result.json", "progress.csv"};
+    const char *files[] = {"result.json", "progress.csv", "result.superseded.json"};
     *last_iteration = -1;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", r->dir, files[i]);
         off_t cut = 0;

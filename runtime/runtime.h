@@ -80,7 +80,7 @@ void mt__run_close_logs(mt__rundir *r);
 int mt__run_append(mt__rundir *r, json_t *row);
 int mt__run_supersede(mt__rundir *r, int64_t iteration);
 /* On resume, before anything reads or appends to them: cut a torn last line (no newline)
- * of result.json and progress.csv; *last_iteration is the highest training_iteration of
+ * of result.json, progress.csv and result.superseded.json; *last_iteration is the highest training_iteration of
  * result.json's rows (0 when it has none, -1 when there is no result.json). */
 int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration);
 void mt__run_remove_leftovers(const mt__rundir *r);

@@ -744,7 +744,7 @@ static void test_checkpoint_builder_refusals(void)
     MT_ASSERT_STR_CONTAINS(mt_last_error(), "not a regular file");
     /* names that would leave the checkpoint folder or collide with its own entries */
     const char *names[] = {"", "..", ".", "../x", "a/b", "/etc", ".hidden", "checkpoint.h5",
-                           "rank1", "rank12"};
+                           "rank1", "rank12", "new\nline", "tab\there"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         MT_ASSERT_INT_EQ(mt_checkpoint_add_file(ck, names[i], file), MT_EINVAL);
         MT_ASSERT_STR_CONTAINS(mt_last_error(), "bad file name");
@@ -761,6 +761,7 @@ static void test_checkpoint_builder_refusals(void)
     MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "a/b", MT_F32, 1, (size_t[]){2}, x, MT_REPLICATED), MT_EINVAL);
     MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "..", MT_F32, 1, (size_t[]){2}, x, MT_REPLICATED), MT_EINVAL);
     MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "", MT_F32, 1, (size_t[]){2}, x, MT_REPLICATED), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "a\nb", MT_F32, 1, (size_t[]){2}, x, MT_REPLICATED), MT_EINVAL);
     /* metadata: a key set again takes the new value (one entry), bad keys name themselves */
     MT_ASSERT_INT_EQ(mt_checkpoint_set_meta(ck, "epoch", "1"), MT_OK);
     MT_ASSERT_INT_EQ(mt_checkpoint_set_meta(ck, "epoch", "2"), MT_OK);
