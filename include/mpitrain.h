@@ -334,16 +334,18 @@ typedef struct mt_metrics mt_metrics;
 typedef struct mt_checkpoint mt_checkpoint;
 
 /* Keys: 1 to 255 bytes, no control characters; '/' nests ("val/acc"). Setting a key
- * again replaces it. */
+ * again replaces it. The keys mt_report adds to every row are reserved (MT_EINVAL naming
+ * the key): training_iteration, timestamp, time_this_iter_s, time_total_s,
+ * checkpoint_dir_name, per_rank. */
 MT_EXTERN mt_metrics *mt_metrics_new(void);
 MT_EXTERN void mt_metrics_free(mt_metrics **m);
 MT_EXTERN int mt_metrics_set_f64(mt_metrics *m, const char *key, double v);
 MT_EXTERN int mt_metrics_set_i64(mt_metrics *m, const char *key, int64_t v);
 MT_EXTERN int mt_metrics_set_str(mt_metrics *m, const char *key, const char *v);
-/* MT_ENOTFOUND if absent (or a string). */
+/* MT_ENOTFOUND if absent (or a string); MT_EINVAL if m, key or out is NULL. */
 MT_EXTERN int mt_metrics_get_f64(const mt_metrics *m, const char *key, double *out);
 MT_EXTERN int mt_metrics_get_i64(const mt_metrics *m, const char *key, int64_t *out);
-/* NULL if absent (or not a string). */
+/* NULL if absent (or not a string), or if m or key is NULL (mt_last_error says which). */
 MT_EXTERN const char *mt_metrics_get_str(const mt_metrics *m, const char *key);
 MT_EXTERN size_t mt_metrics_count(const mt_metrics *m);
 MT_EXTERN const char *mt_metrics_key(const mt_metrics *m, size_t i);
@@ -375,7 +377,10 @@ MT_EXTERN int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t,
                                 const size_t *dims, const void *data, mt_layout layout);
 MT_EXTERN int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value);
 /* Local. A file (any format) copied into the checkpoint as NAME; a file given on rank
- * r > 0 is carried to rank 0 over MPI and stored as rank<r>/NAME. */
+ * r > 0 is carried to rank 0 over MPI and stored as rank<r>/NAME. MT_EINVAL for a NAME
+ * added already, a NAME that would leave or clash inside the folder (empty, '/', leading
+ * '.', checkpoint.h5, rank<N>), and a PATH that is not a readable regular file. Setting
+ * a metadata key again replaces its value. */
 MT_EXTERN int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path);
 /* The latest checkpoint when the run resumed, else NULL (local; owned by the context). */
 MT_EXTERN const mt_checkpoint *mt_get_checkpoint(mt_context *c);

@@ -3,23 +3,73 @@
  * pieces), with attributes layout, crc32 (of the array's bytes in row order), offsets
  * (row offset of each rank's part, sharded arrays) and string metadata on the root group
  * as "meta:KEY". Serial HDF5, rank 0 only.
+ *
+ * The bytes are not all that decides what a rank gets back: the name it is found by,
+ * the dtype, the shape, the layout and the row offsets do too, and a damaged one would
+ * restore the wrong rows silently. So each array also carries "check": CRC-32s of its
+ * name, dtype, shape, layout and offsets (integers as little-endian bytes), and the root
+ * carries "format" (2) and "index_check": CRC-32s of the list of array names and of the
+ * metadata. Reading the index compares them all and names what does not match; the
+ * caller treats that as a corrupt checkpoint. Files without "format" (written before the
+ * checks existed) are read as before, with the structural checks only.
  */
 #include "io.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
+
+#define CKPT_FORMAT 2
+enum { CHECK_NAME, CHECK_DTYPE, CHECK_SHAPE, CHECK_LAYOUT, CHECK_OFFSETS, NCHECKS };
+static const char *const check_what[NCHECKS] = {"name", "dtype", "shape", "layout",
+                                                "row offsets"};
+
+/* The system's reason for the HDF5 failure just seen (the sec2 driver records it as
+ * "error message = '...'" on the error stack), else errno's; call with the lock held,
+ * right after the failing call. */
+typedef struct {
+    char *buf;
+    size_t n;
+} reason;
+
+static herr_t find_reason(unsigned n, const H5E_error2_t *e, void *arg)
+{
+    reason *r = arg;
+    const char *m = e->desc ? strstr(e->desc, "error message = '") : NULL;
+    if (m && !r->buf[0]) {
+        m += strlen("error message = '");
+        size_t len = strcspn(m, "'");
+        snprintf(r->buf, r->n, "%.*s", (int)(len < r->n ? len : r->n - 1), m);
+    }
+    return 0;
+}
+
+static const char *why_failed(char *buf, size_t n, int err)
+{
+    reason r = {buf, n};
+    buf[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, find_reason, &r);
+    if (!buf[0])
+        snprintf(buf, n, "%s", err ? strerror(err) : "HDF5 error");
+    return buf;
+}
 
 int mt__ckpt_create(const char *path, hid_t *out)
 {
+    char why[256];
     mt__h5_lock();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    errno = 0;
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0)
+        why_failed(why, sizeof why, errno);
     mt__h5_unlock();
     if (f < 0)
-        return mt__error(MT_EIO, "%s: cannot create the checkpoint file", path);
+        return mt__error(MT_EIO, "%s: cannot create the checkpoint file: %s", path, why);
     *out = f;
     return MT_OK;
 }
@@ -38,18 +88,22 @@ int mt__ckpt_open(const char *path, hid_t *out)
 
 int mt__ckpt_close(hid_t f, const char *path, bool sync)
 {
+    char why[256];
     mt__h5_lock();
+    errno = 0;
     herr_t e = H5Fclose(f);
+    if (e < 0)
+        why_failed(why, sizeof why, errno);
     mt__h5_unlock();
     if (e < 0)
-        return mt__error(MT_EIO, "%s: close failed", path);
+        return mt__error(MT_EIO, "%s: close failed: %s", path, why);
     if (sync) {
-        int fd = open(path, O_RDONLY);
-        int bad = fd < 0 || fsync(fd) != 0;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int bad = fd < 0 || fsync(fd) != 0, err = errno;
         if (fd >= 0)
             close(fd);
         if (bad)
-            return mt__error(MT_EIO, "%s: fsync failed", path);
+            return mt__error(MT_EIO, "%s: fsync failed: %s", path, strerror(err));
     }
     return MT_OK;
 }
@@ -60,16 +114,22 @@ int mt__ckpt_add_array(hid_t f, const char *name, mt_dtype t, int ndim, const ui
     hsize_t d[8];
     for (int i = 0; i < ndim; i++)
         d[i] = dims[i];
+    char why[256] = "", file[1024] = "";
     mt__h5_lock();
     hid_t sp = H5Screate_simple(ndim, d, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
     /* every row gets written: no fill pass over the file first */
     H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    errno = 0;
     hid_t ds = H5Dcreate2(f, name, mt__h5_native(t), sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (ds < 0) {
+        why_failed(why, sizeof why, errno);
+        H5Fget_name(f, file, sizeof file);
+    }
     H5Pclose(dcpl);
     H5Sclose(sp);
     mt__h5_unlock();
     if (ds < 0)
-        return mt__error(MT_EIO, "checkpoint array %s: cannot create", name);
+        return mt__error(MT_EIO, "%s: checkpoint array %s: cannot create: %s", file, name, why);
     *out = ds;
     return MT_OK;
 }
@@ -90,15 +150,23 @@ int mt__ckpt_rows(hid_t ds, mt_dtype t, uint64_t row, uint64_t nrows, void *data
         count[i] = dims[i];
     H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
     hid_t ms = H5Screate_simple(nd, count, NULL);
+    errno = 0;
     herr_t e = write ? H5Dwrite(ds, mt__h5_native(t), ms, fs, H5P_DEFAULT, data)
                      : H5Dread(ds, mt__h5_native(t), ms, fs, H5P_DEFAULT, data);
+    char why[256] = "", file[1024] = "", name[300] = "";
+    if (e < 0) {
+        why_failed(why, sizeof why, errno);
+        H5Fget_name(ds, file, sizeof file);
+        H5Iget_name(ds, name, sizeof name);
+    }
     H5Sclose(ms);
     H5Sclose(fs);
     mt__h5_unlock();
     if (e < 0)
-        return mt__error(write ? MT_EIO : MT_EFORMAT, "checkpoint: %s of rows %llu..%llu failed",
+        return mt__error(write ? MT_EIO : MT_EFORMAT, "%s: array %s: %s of rows %llu..%llu "
+                         "failed: %s", file, name[0] == '/' ? name + 1 : name,
                          write ? "write" : "read", (unsigned long long)row,
-                         (unsigned long long)(row + nrows));
+                         (unsigned long long)(row + nrows), why);
     return MT_OK;
 }
 
@@ -111,6 +179,38 @@ static void attr_write(hid_t obj, const char *name, hid_t type, hsize_t n, const
     H5Sclose(sp);
 }
 
+static uLong crc_u64(uLong crc, uint64_t v)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+    return crc32(crc, b, 8);
+}
+
+static uLong crc_str(uLong crc, const char *s)
+{
+    return crc32(crc, (const Bytef *)s, (uInt)strlen(s) + 1);
+}
+
+/* The checks of everything but the bytes that decides what a rank gets back. */
+static void array_checks(const mt__ckpt_array *a, uint32_t c[NCHECKS])
+{
+    uLong z = crc32(0, NULL, 0), v;
+    c[CHECK_NAME] = (uint32_t)crc_str(z, a->name);
+    c[CHECK_DTYPE] = (uint32_t)crc_u64(z, (uint64_t)a->dtype);
+    v = crc_u64(z, (uint64_t)a->ndim);
+    for (int i = 0; i < a->ndim && i < 8; i++)
+        v = crc_u64(v, a->dims[i]);
+    c[CHECK_SHAPE] = (uint32_t)v;
+    c[CHECK_LAYOUT] = (uint32_t)crc_u64(z, (uint64_t)(int64_t)a->layout);
+    v = crc_u64(z, (uint64_t)a->noffsets);
+    for (int i = 0; i < a->noffsets; i++)
+        v = crc_u64(v, (uint64_t)a->offsets[i]);
+    c[CHECK_OFFSETS] = (uint32_t)v;
+}
+
+static mt_dtype dtype_of(hid_t ft);
+
 int mt__ckpt_finish_array(hid_t ds, int layout, uint32_t crc, const int64_t *offsets,
                           int noffsets)
 {
@@ -119,9 +219,33 @@ int mt__ckpt_finish_array(hid_t ds, int layout, uint32_t crc, const int64_t *off
     attr_write(ds, "crc32", H5T_NATIVE_UINT32, 0, &crc);
     if (offsets && noffsets > 0)
         attr_write(ds, "offsets", H5T_NATIVE_INT64, (hsize_t)noffsets, offsets);
+    /* the checks, of what the file holds (the reader computes them the same way) */
+    mt__ckpt_array a = {.layout = layout, .offsets = (int64_t *)offsets,
+                        .noffsets = offsets && noffsets > 0 ? noffsets : 0};
+    char path[300] = "";
+    H5Iget_name(ds, path, sizeof path);
+    snprintf(a.name, sizeof a.name, "%s", path[0] == '/' ? path + 1 : path);
+    hid_t ft = H5Dget_type(ds), sp = H5Dget_space(ds);
+    a.dtype = dtype_of(ft);
+    a.ndim = H5Sget_simple_extent_ndims(sp);
+    hsize_t d[8] = {0};
+    if (a.ndim >= 1 && a.ndim <= 8)
+        H5Sget_simple_extent_dims(sp, d, NULL);
+    for (int i = 0; i < a.ndim && i < 8; i++)
+        a.dims[i] = d[i];
+    H5Tclose(ft);
+    H5Sclose(sp);
+    uint32_t c[NCHECKS];
+    array_checks(&a, c);
+    attr_write(ds, "check", H5T_NATIVE_UINT32, NCHECKS, c);
+    char why[256] = "", file[1024] = "";
+    errno = 0;
+    H5Fget_name(ds, file, sizeof file);
     herr_t e = H5Dclose(ds);
+    if (e < 0)
+        why_failed(why, sizeof why, errno);
     mt__h5_unlock();
-    return e < 0 ? mt__error(MT_EIO, "checkpoint: closing an array failed") : MT_OK;
+    return e < 0 ? mt__error(MT_EIO, "%s: array %s: close failed: %s", file, a.name, why) : MT_OK;
 }
 
 int mt__ckpt_set_meta(hid_t f, const char *key, const char *value)
@@ -132,14 +256,20 @@ int mt__ckpt_set_meta(hid_t f, const char *key, const char *value)
     hid_t st = H5Tcopy(H5T_C_S1);
     H5Tset_size(st, strlen(value) + 1);
     hid_t sp = H5Screate(H5S_SCALAR);
+    errno = 0;
     hid_t a = H5Acreate2(f, name, st, sp, H5P_DEFAULT, H5P_DEFAULT);
     herr_t e = a < 0 ? -1 : H5Awrite(a, st, value);
+    char why[256] = "", file[1024] = "";
+    if (e < 0) {
+        why_failed(why, sizeof why, errno);
+        H5Fget_name(f, file, sizeof file);
+    }
     if (a >= 0)
         H5Aclose(a);
     H5Sclose(sp);
     H5Tclose(st);
     mt__h5_unlock();
-    return e < 0 ? mt__error(MT_EIO, "checkpoint: metadata %s: write failed", key) : MT_OK;
+    return e < 0 ? mt__error(MT_EIO, "%s: metadata %s: write failed: %s", file, key, why) : MT_OK;
 }
 
 /* ------------------------------------------------------------ reading the index */
@@ -155,64 +285,130 @@ static mt_dtype dtype_of(hid_t ft)
     return 0;
 }
 
+typedef struct {
+    mt__ckpt_index *ix;
+    int checked;        /* arrays that carry "check" */
+    char why[512];      /* what did not match */
+} lister;
+
+/* Structure a reader relies on, whatever the format: a known layout, offsets that start
+ * at 0, never go down and end at the row count. */
+static bool plausible(const mt__ckpt_array *a, char *why, size_t n)
+{
+    if (a->layout != 0 && a->layout != 1) {
+        snprintf(why, n, "array %s: layout is %d (0 or 1 expected)", a->name, a->layout);
+        return false;
+    }
+    if (a->noffsets > 0) {
+        bool ok = a->offsets[0] == 0 && (uint64_t)a->offsets[a->noffsets - 1] == a->dims[0];
+        for (int i = 1; ok && i < a->noffsets; i++)
+            ok = a->offsets[i] >= a->offsets[i - 1];
+        if (!ok) {
+            snprintf(why, n, "array %s: row offsets do not run from 0 up to its %llu rows",
+                     a->name, (unsigned long long)a->dims[0]);
+            return false;
+        }
+    }
+    return true;
+}
+
 static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void *arg)
 {
-    mt__ckpt_index *ix = arg;
+    lister *L = arg;
+    mt__ckpt_index *ix = L->ix;
     if (ix->n == ix->cap) {
         int cap = ix->cap ? ix->cap * 2 : 8;
         mt__ckpt_array *a = realloc(ix->arrays, (size_t)cap * sizeof *a);
-        if (!a)
+        if (!a) {
+            snprintf(L->why, sizeof L->why, "out of memory");
             return -1;
+        }
         ix->arrays = a;
         ix->cap = cap;
     }
     mt__ckpt_array *a = &ix->arrays[ix->n];
     memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "%s", name);
     hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
-    if (ds < 0)
+    if (ds < 0) {
+        snprintf(L->why, sizeof L->why, "%s is not an array (dataset)", name);
         return -1;
+    }
     hid_t ft = H5Dget_type(ds), sp = H5Dget_space(ds);
     a->dtype = dtype_of(ft);
     a->ndim = H5Sget_simple_extent_ndims(sp);
     hsize_t d[8];
-    H5Sget_simple_extent_dims(sp, d, NULL);
-    for (int i = 0; i < a->ndim; i++)
-        a->dims[i] = d[i];
-    snprintf(a->name, sizeof a->name, "%s", name);
     int ok = a->dtype && a->ndim >= 1 && a->ndim <= 8;
+    if (ok)
+        H5Sget_simple_extent_dims(sp, d, NULL);
+    for (int i = 0; ok && i < a->ndim; i++)
+        a->dims[i] = d[i];
+    if (!ok)
+        snprintf(L->why, sizeof L->why, "array %s: unsupported type or %d dimensions", name,
+                 a->ndim);
     hid_t at;
     if (ok && (at = H5Aopen(ds, "layout", H5P_DEFAULT)) >= 0) {
-        H5Aread(at, H5T_NATIVE_INT, &a->layout);
+        ok = H5Aread(at, H5T_NATIVE_INT, &a->layout) >= 0;
         H5Aclose(at);
     } else
         ok = 0;
     if (ok && (at = H5Aopen(ds, "crc32", H5P_DEFAULT)) >= 0) {
-        H5Aread(at, H5T_NATIVE_UINT32, &a->crc);
+        ok = H5Aread(at, H5T_NATIVE_UINT32, &a->crc) >= 0;
         H5Aclose(at);
     } else
         ok = 0;
+    if (!ok && !L->why[0])
+        snprintf(L->why, sizeof L->why, "array %s: its layout or crc32 attribute is missing or "
+                 "unreadable", name);
     if (ok && H5Aexists(ds, "offsets") > 0 && (at = H5Aopen(ds, "offsets", H5P_DEFAULT)) >= 0) {
         hid_t asp = H5Aget_space(at);
         hssize_t n = H5Sget_simple_extent_npoints(asp);
         if (n > 0 && n <= 1 << 20 && (a->offsets = malloc((size_t)n * sizeof(int64_t)))) {
-            H5Aread(at, H5T_NATIVE_INT64, a->offsets);
             a->noffsets = (int)n;
-        }
+            ok = H5Aread(at, H5T_NATIVE_INT64, a->offsets) >= 0;
+        } else
+            ok = 0;
+        if (!ok)
+            snprintf(L->why, sizeof L->why, "array %s: its offsets attribute is unreadable", name);
         H5Sclose(asp);
         H5Aclose(at);
     }
+    if (ok && H5Aexists(ds, "check") > 0) {
+        uint32_t want[NCHECKS] = {0}, have[NCHECKS];
+        hid_t cat = H5Aopen(ds, "check", H5P_DEFAULT), csp = H5Aget_space(cat);
+        ok = H5Sget_simple_extent_npoints(csp) == NCHECKS &&
+             H5Aread(cat, H5T_NATIVE_UINT32, want) >= 0;
+        H5Sclose(csp);
+        H5Aclose(cat);
+        if (!ok)
+            snprintf(L->why, sizeof L->why, "array %s: its check attribute is unreadable", name);
+        array_checks(a, have);
+        for (int i = 0; ok && i < NCHECKS; i++)
+            if (have[i] != want[i]) {
+                snprintf(L->why, sizeof L->why, "array %s: the checksum of its %s does not "
+                         "match (damaged metadata)", name, check_what[i]);
+                ok = 0;
+            }
+        L->checked++;
+    }
+    if (ok)
+        ok = plausible(a, L->why, sizeof L->why);
     H5Tclose(ft);
     H5Sclose(sp);
     H5Dclose(ds);
-    if (!ok)
+    if (!ok) {
+        free(a->offsets);
+        a->offsets = NULL;
         return -1;
+    }
     ix->n++;
     return 0;
 }
 
 static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, void *arg)
 {
-    mt__ckpt_index *ix = arg;
+    lister *L = arg;
+    mt__ckpt_index *ix = L->ix;
     if (strncmp(name, "meta:", 5))
         return 0;
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
@@ -226,32 +422,113 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
     if (vals)
         ix->meta_values = vals;
     int rc = -1;
-    if (v && keys && vals && H5Aread(a, t, v) >= 0) {
+    if (v && keys && vals && H5Tget_class(t) == H5T_STRING && H5Aread(a, t, v) >= 0) {
         ix->meta_keys[ix->nmeta] = strdup(name + 5);
         ix->meta_values[ix->nmeta++] = v;
         rc = 0;
-    } else
+    } else {
         free(v);
+        snprintf(L->why, sizeof L->why, "metadata %s is unreadable", name + 5);
+    }
     H5Tclose(t);
     H5Aclose(a);
     return rc;
 }
 
-int mt__ckpt_read_index(hid_t f, const char *path, mt__ckpt_index *ix)
+/* CRC-32s of the array names and of the metadata, in the file's name order. */
+static void index_checks(const mt__ckpt_index *ix, uint32_t c[2])
 {
+    uLong names = crc_u64(crc32(0, NULL, 0), (uint64_t)ix->n);
+    uLong meta = crc_u64(crc32(0, NULL, 0), (uint64_t)ix->nmeta);
+    for (int i = 0; i < ix->n; i++)
+        names = crc_str(names, ix->arrays[i].name);
+    for (int i = 0; i < ix->nmeta; i++)
+        meta = crc_str(crc_str(meta, ix->meta_keys[i]), ix->meta_values[i] ? ix->meta_values[i] : "");
+    c[0] = (uint32_t)names;
+    c[1] = (uint32_t)meta;
+}
+
+/* With the HDF5 lock held: the arrays and metadata; unless `sealing`, the file-level
+ * checks too. */
+static int read_index(hid_t f, const char *path, mt__ckpt_index *ix, bool sealing)
+{
+    lister L = {.ix = ix};
     memset(ix, 0, sizeof *ix);
-    mt__h5_lock();
-    hsize_t idx = 0;
-    herr_t e = H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, list_array, ix);
-    hsize_t aidx = 0;
+    hsize_t idx = 0, aidx = 0;
+    herr_t e = H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, list_array, &L);
     if (e >= 0)
-        e = H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_INC, &aidx, list_meta, ix);
-    mt__h5_unlock();
+        e = H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_INC, &aidx, list_meta, &L);
+    if (e >= 0 && !sealing) {
+        int format = 0;
+        hid_t at = H5Aexists(f, "format") > 0 ? H5Aopen(f, "format", H5P_DEFAULT) : -1;
+        if (at >= 0) {
+            if (H5Aread(at, H5T_NATIVE_INT, &format) < 0)
+                format = -1;
+            H5Aclose(at);
+        }
+        uint32_t want[2] = {0}, have[2];
+        if (format == 0 && L.checked > 0) {
+            snprintf(L.why, sizeof L.why, "its arrays carry checks but the file has no format "
+                     "attribute (damaged metadata)");
+            e = -1;
+        } else if (format != 0 && format != CKPT_FORMAT) {
+            snprintf(L.why, sizeof L.why, "format %d is not one this version reads (%d)", format,
+                     CKPT_FORMAT);
+            e = -1;
+        } else if (format == CKPT_FORMAT) {
+            at = H5Aexists(f, "index_check") > 0 ? H5Aopen(f, "index_check", H5P_DEFAULT) : -1;
+            if (at < 0 || H5Aread(at, H5T_NATIVE_UINT32, want) < 0) {
+                snprintf(L.why, sizeof L.why, "its index_check attribute is missing or unreadable");
+                e = -1;
+            }
+            if (at >= 0)
+                H5Aclose(at);
+            index_checks(ix, have);
+            if (e >= 0 && L.checked != ix->n) {
+                snprintf(L.why, sizeof L.why, "%d of its %d arrays have no check attribute "
+                         "(damaged metadata)", ix->n - L.checked, ix->n);
+                e = -1;
+            } else if (e >= 0 && (have[0] != want[0] || have[1] != want[1])) {
+                snprintf(L.why, sizeof L.why, "the checksum of its %s does not match (damaged "
+                         "metadata: an array or key added, removed or changed)",
+                         have[0] != want[0] ? "list of arrays" : "metadata");
+                e = -1;
+            }
+        }
+    }
     if (e < 0) {
         mt__ckpt_index_free(ix);
-        return mt__error(MT_EFORMAT, "%s: corrupt checkpoint index", path);
+        return mt__error(MT_EFORMAT, "%s: corrupt checkpoint index: %s", path,
+                         L.why[0] ? L.why : "unreadable");
     }
     return MT_OK;
+}
+
+int mt__ckpt_read_index(hid_t f, const char *path, mt__ckpt_index *ix)
+{
+    mt__h5_lock();
+    int rc = read_index(f, path, ix, false);
+    mt__h5_unlock();
+    return rc;
+}
+
+int mt__ckpt_seal(hid_t f, const char *path)
+{
+    mt__ckpt_index ix;
+    mt__h5_lock();
+    int rc = read_index(f, path, &ix, true);
+    if (!rc) {
+        uint32_t c[2];
+        int format = CKPT_FORMAT;
+        index_checks(&ix, c);
+        attr_write(f, "index_check", H5T_NATIVE_UINT32, 2, c);
+        attr_write(f, "format", H5T_NATIVE_INT, 0, &format);
+        mt__ckpt_index_free(&ix);
+        if (H5Aexists(f, "format") <= 0 || H5Aexists(f, "index_check") <= 0)
+            rc = mt__error(MT_EIO, "%s: cannot write the index checks", path);
+    }
+    mt__h5_unlock();
+    return rc;
 }
 
 void mt__ckpt_index_free(mt__ckpt_index *ix)

@@ -81,7 +81,10 @@ int mt__ckpt_rows(hid_t ds, mt_dtype t, uint64_t row, uint64_t nrows, void *data
 int mt__ckpt_finish_array(hid_t ds, int layout, uint32_t crc, const int64_t *offsets,
                           int noffsets);
 int mt__ckpt_set_meta(hid_t f, const char *key, const char *value);
+/* The arrays and metadata, every check compared (MT_EFORMAT naming what does not match). */
 int mt__ckpt_read_index(hid_t f, const char *path, mt__ckpt_index *ix);
+/* After the last array and metadata are written: the file-level checks (see ckpt.c). */
+int mt__ckpt_seal(hid_t f, const char *path);
 void mt__ckpt_index_free(mt__ckpt_index *ix);
 int mt__ckpt_open_array(hid_t f, const char *name, hid_t *out);
 void mt__ckpt_close_array(hid_t ds);

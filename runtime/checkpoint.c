@@ -11,7 +11,10 @@
  * checkpoints and run.json intact.
  *
  * Every array carries a CRC-32 of its bytes in row order; restore verifies it. Each rank
- * sums its own rows (in parallel, before sending) and rank 0 combines the sums.
+ * sums its own rows (in parallel, before sending) and rank 0 combines the sums. What
+ * decides which rows a rank gets back (names, dtypes, shapes, layouts, row offsets,
+ * metadata) is checked too (io/ckpt.c); a checkpoint failing any check is skipped with a
+ * warning naming the file and what failed, and the previous one is used.
  */
 #include "runtime.h"
 
@@ -93,7 +96,12 @@ void mt_checkpoint_free(mt_checkpoint **cp)
 
 static bool bad_name(const char *name)
 {
-    return !name || !*name || strlen(name) > 200 || strchr(name, '/') || name[0] == '.';
+    if (!name || !*name || strlen(name) > 200 || strchr(name, '/') || name[0] == '.')
+        return true;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) /* a newline in a file name breaks every listing */
+            return true;
+    return false;
 }
 
 int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
@@ -103,8 +111,9 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
         return mt__error(MT_EINVAL, "mt_checkpoint_put: %s", ck ? "a stored checkpoint is "
                                     "read-only" : "checkpoint is NULL");
     if (bad_name(name))
-        return mt__error(MT_EINVAL, "mt_checkpoint_put: bad array name \"%s\" (1 to 200 bytes, "
-                                    "no '/', not starting with '.')", name ? name : "(null)");
+        return mt__error(MT_EINVAL, "mt_checkpoint_put: bad array name \"%.300s\" (1 to 200 "
+                         "bytes, no '/' or control characters, not starting with '.')",
+                         name ? name : "(null)");
     if (mt_dtype_size(t) == 0)
         return mt__error(MT_EINVAL, "mt_checkpoint_put %s: unknown dtype %d", name, (int)t);
     if (ndim < 1 || ndim > 8 || !dims)
@@ -139,10 +148,16 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
 
 int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value)
 {
-    if (!ck || ck->path || !key || !*key || strlen(key) > 255 || !value)
-        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: bad checkpoint, key or value");
+    if (!ck || ck->path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: %s", ck ? "a stored checkpoint is "
+                         "read-only" : "checkpoint is NULL");
+    if (!key || !*key || strlen(key) > 255)
+        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: bad key \"%.300s\" (1 to 255 bytes)",
+                         key ? key : "(null)");
+    if (!value)
+        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta %s: value is NULL", key);
     for (int i = 0; i < ck->nmeta; i++)
-        if (!strcmp(ck->meta_keys[i], key)) {
+        if (!strcmp(ck->meta_keys[i], key)) { /* a key set again takes the new value */
             char *v = mt__strdup(value);
             if (!v)
                 return MT_ENOMEM;
@@ -169,11 +184,53 @@ int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value
     return MT_OK;
 }
 
+/* A file the checkpoint can copy: a readable regular file (following links). */
+static int check_file(int code, const char *what, const char *name, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return mt__error(code, "%s %s: cannot use %s: %s", what, name, path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return mt__error(code, "%s %s: %s is %s, not a regular file", what, name, path,
+                         S_ISDIR(st.st_mode) ? "a directory" : "a special file");
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return mt__error(code, "%s %s: cannot read %s: %s", what, name, path, strerror(errno));
+    close(fd);
+    return MT_OK;
+}
+
+/* rank<r> is where other ranks' files go: a name of that form would collide with them. */
+static bool rank_folder_name(const char *name)
+{
+    if (strncmp(name, "rank", 4) || !name[4])
+        return false;
+    for (const char *p = name + 4; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    return true;
+}
+
 int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path)
 {
-    if (!ck || ck->path || bad_name(name) || !strcmp(name, "checkpoint.h5") || !path)
-        return mt__error(MT_EINVAL, "mt_checkpoint_add_file: bad checkpoint, name \"%s\" or "
-                                    "path", name ? name : "(null)");
+    if (!ck || ck->path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_add_file: %s", ck ? "a stored checkpoint is "
+                         "read-only" : "checkpoint is NULL");
+    if (bad_name(name) || !strcmp(name, "checkpoint.h5") || rank_folder_name(name))
+        return mt__error(MT_EINVAL, "mt_checkpoint_add_file: bad file name \"%.300s\" (1 to 200 "
+                         "bytes, no '/' or control characters, not starting with '.', not "
+                         "checkpoint.h5 or rank<N>)",
+                         name ? name : "(null)");
+    if (!path || !*path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_add_file %s: path is %s", name,
+                         path ? "empty" : "NULL");
+    for (int i = 0; i < ck->nfiles; i++)
+        if (!strcmp(ck->files[i].name, name))
+            return mt__error(MT_EINVAL, "mt_checkpoint_add_file: a file named %s was added "
+                             "already (from %s)", name, ck->files[i].path);
+    int rc = check_file(MT_EINVAL, "mt_checkpoint_add_file", name, path);
+    if (rc)
+        return rc;
     mt__ck_file *f = realloc(ck->files, (size_t)(ck->nfiles + 1) * sizeof *f);
     if (!f)
         return mt__error(MT_ENOMEM, "out of memory adding file %s", name);
@@ -232,10 +289,12 @@ static int describe_local(const mt_checkpoint *ck, uint64_t *sig, int *nsharded)
         *nsharded += a->layout == MT_SHARDED;
     }
     *sig = h;
-    for (int i = 0; i < ck->nfiles; i++)
-        if (access(ck->files[i].path, R_OK) != 0)
-            return mt__error(MT_EIO, "checkpoint file %s: cannot read %s: %s", ck->files[i].name,
-                             ck->files[i].path, strerror(errno));
+    /* again at commit: the file may have gone or changed since it was added */
+    for (int i = 0; i < ck->nfiles; i++) {
+        int rc = check_file(MT_EIO, "checkpoint file", ck->files[i].name, ck->files[i].path);
+        if (rc)
+            return rc;
+    }
     return MT_OK;
 }
 
@@ -251,7 +310,8 @@ typedef struct {
 } writer;
 
 /* Test hook: MT_TEST_COMMIT_PAUSE=SECONDS pauses rank 0 after the first piece of checkpoint
- * number MT_TEST_COMMIT_PAUSE_AT (default 0), so a test can kill it mid-commit. */
+ * number MT_TEST_COMMIT_PAUSE_AT (default 0), so a test can kill it mid-commit; with
+ * MT_TEST_COMMIT_RESUME_FILE=PATH the pause ends as soon as PATH exists. */
 static bool pause_here(int64_t index)
 {
     const char *p = getenv("MT_TEST_COMMIT_PAUSE"), *at = getenv("MT_TEST_COMMIT_PAUSE_AT");
@@ -260,11 +320,12 @@ static bool pause_here(int64_t index)
 
 static void test_pause(void)
 {
-    const char *p = getenv("MT_TEST_COMMIT_PAUSE");
+    const char *p = getenv("MT_TEST_COMMIT_PAUSE"), *go = getenv("MT_TEST_COMMIT_RESUME_FILE");
     if (p && atof(p) > 0) {
         fprintf(stderr, "mpitrain: test hook: pid %d pausing %s s inside a checkpoint commit\n", (int)getpid(), p);
         fflush(stderr);
-        usleep((useconds_t)(atof(p) * 1e6));
+        for (double left = atof(p); left > 0 && !(go && access(go, F_OK) == 0); left -= 0.05)
+            usleep(50000);
     }
 }
 
@@ -286,10 +347,17 @@ static int write_piece(const void *piece, size_t n, size_t offset, void *arg)
     return rc;
 }
 
+typedef struct {
+    FILE *f;
+    const char *path;
+} copier;
+
 static int copy_piece(const void *piece, size_t n, size_t offset, void *arg)
 {
-    FILE *f = arg;
-    return fwrite(piece, 1, n, f) == n ? MT_OK : mt__error(MT_EIO, "checkpoint file write failed");
+    copier *cp = arg;
+    return fwrite(piece, 1, n, cp->f) == n
+               ? MT_OK
+               : mt__error(MT_EIO, "cannot write %s: %s", cp->path, strerror(errno));
 }
 
 static int drain(const void *piece, size_t n, size_t offset, void *arg)
@@ -372,10 +440,17 @@ static int write_files(mt_context *c, const mt_checkpoint *ck, const char *dir, 
             FILE *out = rc ? NULL : fopen(path, "wb");
             if (!rc && !out)
                 rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
+            copier cp = {out, path};
             if (r > 0) {
-                int e = mt__stream_recv(c->comm, r, size, buf, chunk, out ? copy_piece : drain, out);
+                /* after a failed write, keep receiving so rank r is not left waiting */
+                int e = mt__stream_recv(c->comm, r, size, buf, chunk,
+                                        out && !rc ? copy_piece : drain, &cp);
                 if (!rc)
                     rc = e;
+                if (rc && out) {
+                    fclose(out);
+                    out = NULL;
+                }
             } else if (out) {
                 const mt__ck_file *f = NULL;
                 for (int i = 0; i < ck->nfiles && !f; i++)
@@ -384,16 +459,19 @@ static int write_files(mt_context *c, const mt_checkpoint *ck, const char *dir, 
                 FILE *in = f ? fopen(f->path, "rb") : NULL;
                 size_t n;
                 while (in && (n = fread(buf, 1, chunk, in)) > 0 && !rc)
-                    rc = copy_piece(buf, n, 0, out);
+                    rc = copy_piece(buf, n, 0, &cp);
                 if (!in && !rc)
-                    rc = mt__error(MT_EIO, "cannot read checkpoint file %s", name);
+                    rc = mt__error(MT_EIO, "cannot read checkpoint file %s (%s): %s", name,
+                                   f ? f->path : "not added", strerror(errno));
+                else if (in && ferror(in) && !rc)
+                    rc = mt__error(MT_EIO, "cannot read checkpoint file %s (%s)", name, f->path);
                 if (in)
                     fclose(in);
             }
-            if (out && (fflush(out) != 0 || fsync(fileno(out)) != 0) && !rc)
-                rc = mt__error(MT_EIO, "cannot write %s", path);
-            if (out)
-                fclose(out);
+            if (out && (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) != 0) && !rc)
+                rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
+            if (out && fclose(out) != 0 && !rc)
+                rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
         }
     }
     return rc;
@@ -584,6 +662,8 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
     }
     for (int i = 0; i < ck->nmeta && !status; i++)
         status = mt__ckpt_set_meta(file, ck->meta_keys[i], ck->meta_values[i]);
+    if (!status)
+        status = mt__ckpt_seal(file, h5);
     if (file >= 0) {
         int e = mt__ckpt_close(file, h5, true);
         if (!status)
@@ -643,7 +723,7 @@ static int verify(const char *dir, mt__ckpt_index *ix)
     return rc;
 }
 
-int mt__checkpoint_pick_valid(mt__rundir *run, int verbose)
+int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteration)
 {
     /* newest first */
     for (;;) {
@@ -656,7 +736,11 @@ int mt__checkpoint_pick_valid(mt__rundir *run, int verbose)
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[best].name);
         mt__ckpt_index ix;
-        if (verify(dir, &ix) == MT_OK) {
+        if (run->kept[best].iteration > max_iteration)
+            mt__error(MT_EFORMAT, "its report (training_iteration %lld) is not in result.json, "
+                      "which ends at %lld: the job ended between the commit and the report",
+                      (long long)run->kept[best].iteration, (long long)max_iteration);
+        else if (verify(dir, &ix) == MT_OK) {
             mt__ckpt_index_free(&ix);
             run->latest = best;
             return best;

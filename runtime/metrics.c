@@ -1,6 +1,11 @@
 /*
  * metrics.c -- mt_metrics: typed key/value pairs (f64, i64, string) in insertion order,
  * and their compact encoding for the trip to rank 0 and their JSON form.
+ *
+ * The keys mt_report adds to every row (training_iteration, timestamp, ...) are reserved:
+ * a user metric of that name would silently replace them in result.json, so the public
+ * setters refuse them and mt_report refuses metrics that carry them; the library itself
+ * sets them through mt__metrics_put.
  */
 #include "runtime.h"
 
@@ -37,6 +42,32 @@ void mt_metrics_free(mt_metrics **mp)
     *mp = NULL;
 }
 
+static const char *const reserved[] = {"training_iteration", "timestamp", "time_this_iter_s",
+                                       "time_total_s", "checkpoint_dir_name", "per_rank", NULL};
+
+bool mt__metrics_reserved(const char *key)
+{
+    for (int i = 0; key && reserved[i]; i++)
+        if (!strcmp(key, reserved[i]))
+            return true;
+    return false;
+}
+
+static int reserved_error(const char *key)
+{
+    return mt__error(MT_EINVAL, "metric key \"%s\" is reserved: mt_report sets it on every row "
+                     "(reserved: training_iteration, timestamp, time_this_iter_s, time_total_s, "
+                     "checkpoint_dir_name, per_rank)", key);
+}
+
+int mt__metrics_check_user(const mt_metrics *m)
+{
+    for (int i = 0; m && i < m->n; i++)
+        if (mt__metrics_reserved(m->e[i].key))
+            return reserved_error(m->e[i].key);
+    return MT_OK;
+}
+
 static int check_key(const char *key)
 {
     if (!key || !*key)
@@ -51,7 +82,7 @@ static int check_key(const char *key)
     return MT_OK;
 }
 
-static mt__metric *slot(mt_metrics *m, const char *key, int *rc)
+static mt__metric *slot(mt_metrics *m, const char *key, bool user, int *rc)
 {
     if (!m) {
         *rc = mt__error(MT_EINVAL, "metrics is NULL");
@@ -59,6 +90,10 @@ static mt__metric *slot(mt_metrics *m, const char *key, int *rc)
     }
     if ((*rc = check_key(key)))
         return NULL;
+    if (user && mt__metrics_reserved(key)) {
+        *rc = reserved_error(key);
+        return NULL;
+    }
     for (int i = 0; i < m->n; i++)
         if (!strcmp(m->e[i].key, key)) {
             free(m->e[i].s);
@@ -85,42 +120,40 @@ static mt__metric *slot(mt_metrics *m, const char *key, int *rc)
     return e;
 }
 
+int mt__metrics_put(mt_metrics *m, const char *key, int type, double f, int64_t i,
+                    const char *str, bool user)
+{
+    if (type == MT__METRIC_STR && !str)
+        return mt__error(MT_EINVAL, "metric %s: string value is NULL", key ? key : "(null)");
+    char *copy = type == MT__METRIC_STR ? mt__strdup(str) : NULL;
+    if (type == MT__METRIC_STR && !copy)
+        return MT_ENOMEM;
+    int rc;
+    mt__metric *e = slot(m, key, user, &rc);
+    if (!e) {
+        free(copy);
+        return rc;
+    }
+    e->type = type;
+    e->f = f;
+    e->i = i;
+    e->s = copy;
+    return MT_OK;
+}
+
 int mt_metrics_set_f64(mt_metrics *m, const char *key, double v)
 {
-    int rc;
-    mt__metric *e = slot(m, key, &rc);
-    if (e) {
-        e->type = MT__METRIC_F64;
-        e->f = v;
-    }
-    return rc;
+    return mt__metrics_put(m, key, MT__METRIC_F64, v, 0, NULL, true);
 }
 
 int mt_metrics_set_i64(mt_metrics *m, const char *key, int64_t v)
 {
-    int rc;
-    mt__metric *e = slot(m, key, &rc);
-    if (e) {
-        e->type = MT__METRIC_I64;
-        e->i = v;
-    }
-    return rc;
+    return mt__metrics_put(m, key, MT__METRIC_I64, 0, v, NULL, true);
 }
 
 int mt_metrics_set_str(mt_metrics *m, const char *key, const char *v)
 {
-    if (!v)
-        return mt__error(MT_EINVAL, "metric %s: string value is NULL", key ? key : "");
-    int rc;
-    mt__metric *e = slot(m, key, &rc);
-    if (e) {
-        e->type = MT__METRIC_STR;
-        if (!(e->s = mt__strdup(v))) {
-            e->type = MT__METRIC_I64;
-            return MT_ENOMEM;
-        }
-    }
-    return rc;
+    return mt__metrics_put(m, key, MT__METRIC_STR, 0, 0, v, true);
 }
 
 const mt__metric *mt__metrics_find(const mt_metrics *m, const char *key)
@@ -131,26 +164,42 @@ const mt__metric *mt__metrics_find(const mt_metrics *m, const char *key)
     return NULL;
 }
 
+/* The getters' common part: a numeric metric, or MT_EINVAL / MT_ENOTFOUND. */
+static int numeric(const mt_metrics *m, const char *key, const void *out, const char *fn,
+                   const mt__metric **e)
+{
+    if (!m || !key || !out)
+        return mt__error(MT_EINVAL, "%s: %s is NULL", fn, !m ? "metrics" : !key ? "key" : "out");
+    *e = mt__metrics_find(m, key);
+    if (!*e || (*e)->type == MT__METRIC_STR)
+        return mt__error(MT_ENOTFOUND, "no numeric metric %s", key);
+    return MT_OK;
+}
+
 int mt_metrics_get_f64(const mt_metrics *m, const char *key, double *out)
 {
-    const mt__metric *e = mt__metrics_find(m, key);
-    if (!e || e->type == MT__METRIC_STR)
-        return mt__error(MT_ENOTFOUND, "no numeric metric %s", key ? key : "(null)");
-    *out = e->type == MT__METRIC_F64 ? e->f : (double)e->i;
-    return MT_OK;
+    const mt__metric *e = NULL;
+    int rc = numeric(m, key, out, "mt_metrics_get_f64", &e);
+    if (!rc)
+        *out = e->type == MT__METRIC_F64 ? e->f : (double)e->i;
+    return rc;
 }
 
 int mt_metrics_get_i64(const mt_metrics *m, const char *key, int64_t *out)
 {
-    const mt__metric *e = mt__metrics_find(m, key);
-    if (!e || e->type == MT__METRIC_STR)
-        return mt__error(MT_ENOTFOUND, "no numeric metric %s", key ? key : "(null)");
-    *out = e->type == MT__METRIC_I64 ? e->i : (int64_t)e->f;
-    return MT_OK;
+    const mt__metric *e = NULL;
+    int rc = numeric(m, key, out, "mt_metrics_get_i64", &e);
+    if (!rc)
+        *out = e->type == MT__METRIC_I64 ? e->i : (int64_t)e->f;
+    return rc;
 }
 
 const char *mt_metrics_get_str(const mt_metrics *m, const char *key)
 {
+    if (!m || !key) {
+        mt__error(MT_EINVAL, "mt_metrics_get_str: %s is NULL", !m ? "metrics" : "key");
+        return NULL;
+    }
     const mt__metric *e = mt__metrics_find(m, key);
     return e && e->type == MT__METRIC_STR ? e->s : NULL;
 }
@@ -170,9 +219,7 @@ int mt__metrics_copy(mt_metrics *dst, const mt_metrics *src)
     int rc = MT_OK;
     for (int i = 0; src && i < src->n && !rc; i++) {
         const mt__metric *e = &src->e[i];
-        rc = e->type == MT__METRIC_F64 ? mt_metrics_set_f64(dst, e->key, e->f)
-             : e->type == MT__METRIC_I64 ? mt_metrics_set_i64(dst, e->key, e->i)
-                                         : mt_metrics_set_str(dst, e->key, e->s);
+        rc = mt__metrics_put(dst, e->key, e->type, e->f, e->i, e->s, false);
     }
     return rc;
 }
@@ -280,18 +327,20 @@ int mt__metrics_from_json(mt_metrics *m, const json_t *o)
     {
         if (rc)
             break;
+        /* rows and run.json carry the automatic keys: not a user's setting */
         if (json_is_integer(v))
-            rc = mt_metrics_set_i64(m, key, json_integer_value(v));
+            rc = mt__metrics_put(m, key, MT__METRIC_I64, 0, json_integer_value(v), NULL, false);
         else if (json_is_real(v))
-            rc = mt_metrics_set_f64(m, key, json_real_value(v));
+            rc = mt__metrics_put(m, key, MT__METRIC_F64, json_real_value(v), 0, NULL, false);
         else if (json_is_string(v)) {
             const char *s = json_string_value(v);
             if (!strcmp(s, "NaN"))
-                rc = mt_metrics_set_f64(m, key, NAN);
+                rc = mt__metrics_put(m, key, MT__METRIC_F64, NAN, 0, NULL, false);
             else if (!strcmp(s, "Infinity") || !strcmp(s, "-Infinity"))
-                rc = mt_metrics_set_f64(m, key, s[0] == '-' ? -INFINITY : INFINITY);
+                rc = mt__metrics_put(m, key, MT__METRIC_F64, s[0] == '-' ? -INFINITY : INFINITY,
+                                     0, NULL, false);
             else
-                rc = mt_metrics_set_str(m, key, s);
+                rc = mt__metrics_put(m, key, MT__METRIC_STR, 0, 0, s, false);
         }
     }
     return rc;

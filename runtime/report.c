@@ -85,16 +85,16 @@ static void add_auto(mt_context *c, mt_metrics *row, json_t *j, int64_t iteratio
     clock_gettime(CLOCK_REALTIME, &ts);
     double stamp = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     double this_iter = now - c->last_report, total = c->time_before + now - c->start;
-    mt_metrics_set_i64(row, "training_iteration", iteration);
-    mt_metrics_set_f64(row, "timestamp", stamp);
-    mt_metrics_set_f64(row, "time_this_iter_s", this_iter);
-    mt_metrics_set_f64(row, "time_total_s", total);
+    mt__metrics_put(row, "training_iteration", MT__METRIC_I64, 0, iteration, NULL, false);
+    mt__metrics_put(row, "timestamp", MT__METRIC_F64, stamp, 0, NULL, false);
+    mt__metrics_put(row, "time_this_iter_s", MT__METRIC_F64, this_iter, 0, NULL, false);
+    mt__metrics_put(row, "time_total_s", MT__METRIC_F64, total, 0, NULL, false);
     json_object_set_new(j, "training_iteration", json_integer(iteration));
     json_object_set_new(j, "timestamp", json_real(stamp));
     json_object_set_new(j, "time_this_iter_s", json_real(this_iter));
     json_object_set_new(j, "time_total_s", json_real(total));
     if (ckname && *ckname) {
-        mt_metrics_set_str(row, "checkpoint_dir_name", ckname);
+        mt__metrics_put(row, "checkpoint_dir_name", MT__METRIC_STR, 0, 0, ckname, false);
         json_object_set_new(j, "checkpoint_dir_name", json_string(ckname));
     }
 }
@@ -109,9 +109,7 @@ static void print_line(const mt_context *c, const mt_metrics *row, int64_t itera
                                 total);
     for (int i = 0; i < row->n && n < sizeof line - 64; i++) {
         const mt__metric *e = &row->e[i];
-        if (!strcmp(e->key, "training_iteration") || !strcmp(e->key, "timestamp") ||
-            !strcmp(e->key, "time_this_iter_s") || !strcmp(e->key, "time_total_s") ||
-            !strcmp(e->key, "checkpoint_dir_name"))
+        if (mt__metrics_reserved(e->key))
             continue;
         if (e->type == MT__METRIC_F64)
             n += (size_t)snprintf(line + n, sizeof line - n, " %s=%.4g", e->key, e->f);
@@ -132,7 +130,10 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
         return mt__error(MT_EINVAL, "mt_report: context is NULL");
     char *enc = NULL;
     size_t len = 0;
-    int status = mt__metrics_encode(m, &enc, &len);
+    /* a reserved key would replace an automatic one in the row: every rank's error */
+    int status = mt__metrics_check_user(m);
+    if (!status)
+        status = mt__metrics_encode(m, &enc, &len);
     int64_t shared[2] = {mt__stop_signalled(), (int64_t)len}; /* stop request, longest */
     mt__call call;
     mt__call_init(&call, MT__CALL_REPORT, 0, ck != NULL, 0);

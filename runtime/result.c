@@ -133,7 +133,10 @@ static json_t *last_line(const char *path)
         return NULL;
     char *line = NULL, *last = NULL;
     size_t cap = 0;
-    while (getline(&line, &cap, f) > 0) {
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        if (line[n - 1] != '\n')
+            break; /* a last line a crash cut short: the one before is the last row */
         free(last);
         last = strdup(line);
     }

@@ -5,7 +5,21 @@
  *   params.json   the effective configuration
  *   result.json   one JSON line per report, flushed before mt_report returns
  *   progress.csv  the same rows; rewritten with a wider header when a new key appears
- *   error.txt     on failure
+ *   error.txt     on failure (removed when a later attempt ends without one)
+ *   run.lock      the owner: one job at a time (below)
+ *
+ * Ownership: rank 0 takes an exclusive flock(2) on run.lock before it reads or writes
+ * anything else in the folder and holds it until fit ends; the lock file names the holder
+ * (host, pid, Slurm job, start time) so a second job with the same storage_path and name
+ * is refused with that name instead of sharing the folder. The kernel drops the lock
+ * when the holder dies however it dies (SIGKILL included), so a crashed job never blocks
+ * its rerun. Across nodes this works only where the file system gives flock(2) cluster-
+ * wide meaning: local disks, NFSv4 (and NFSv3 with a lock manager), Lustre mounted with
+ * -o flock (not -o localflock, which locks per node only), GPFS. Where locks are not
+ * supported at all (ENOLCK, EOPNOTSUPP) the run goes on with a warning, unprotected.
+ *
+ * Every write that fails removes its temporary file and names the file and the system's
+ * reason (strerror: "No space left on device").
  */
 #include "runtime.h"
 
@@ -16,7 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int mt__mkdirs(const char *path)
@@ -50,8 +66,9 @@ int mt__rmtree(const char *path)
 {
     DIR *d = opendir(path);
     if (!d)
-        return unlink(path) == 0 || errno == ENOENT ? MT_OK
-                                                    : mt__error(MT_EIO, "cannot remove %s", path);
+        return unlink(path) == 0 || errno == ENOENT
+                   ? MT_OK
+                   : mt__error(MT_EIO, "cannot remove %s: %s", path, strerror(errno));
     struct dirent *e;
     int rc = MT_OK;
     while ((e = readdir(d)) && !rc) {
@@ -76,23 +93,116 @@ int mt__write_atomic(const char *dir, const char *name, const char *text)
     char tmp[4096], final[4096];
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
     snprintf(final, sizeof final, "%s/%s", dir, name);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    int rc = MT_OK;
     size_t len = strlen(text), done = 0;
-    while (done < len) {
+    while (done < len && !rc) {
         ssize_t n = write(fd, text + done, len - done);
-        if (n <= 0) {
-            close(fd);
-            return mt__error(MT_EIO, "write to %s failed: %s", tmp, strerror(errno));
-        }
-        done += (size_t)n;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            rc = mt__error(MT_EIO, "write to %s failed: %s", tmp,
+                           n < 0 ? strerror(errno) : "no progress");
+        else
+            done += (size_t)n;
     }
-    if (fsync(fd) != 0 || close(fd) != 0)
-        return mt__error(MT_EIO, "fsync of %s failed: %s", tmp, strerror(errno));
-    if (rename(tmp, final) != 0)
-        return mt__error(MT_EIO, "rename %s to %s failed: %s", tmp, final, strerror(errno));
+    if (!rc && fsync(fd) != 0)
+        rc = mt__error(MT_EIO, "fsync of %s failed: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && !rc)
+        rc = mt__error(MT_EIO, "close of %s failed: %s", tmp, strerror(errno));
+    if (!rc && rename(tmp, final) != 0)
+        rc = mt__error(MT_EIO, "rename %s to %s failed: %s", tmp, final, strerror(errno));
+    if (rc) { /* the old file stays as it was; no temporary is left behind */
+        unlink(tmp);
+        return rc;
+    }
     return mt__fsync_dir(dir);
+}
+
+/* ------------------------------------------------------------ ownership (run.lock) */
+
+/* The holder's line: pid, host, Slurm job when there is one, start time. */
+static void holder_line(char *b, size_t n)
+{
+    char host[256] = "?", when[64] = "?", job[96] = "";
+    gethostname(host, sizeof host - 1);
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    const char *sj = getenv("SLURM_JOB_ID"), *st = getenv("SLURM_STEP_ID");
+    if (sj && *sj)
+        snprintf(job, sizeof job, ", Slurm job %s%s%s", sj, st && *st ? " step " : "",
+                 st && *st ? st : "");
+    snprintf(b, n, "pid %d on host %s%s, started %s\n", (int)getpid(), host, job, when);
+}
+
+int mt__run_lock(const char *dir, int *fd_out)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/run.lock", dir);
+    *fd_out = -1;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return mt__error(MT_EIO, "cannot open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
+            fprintf(stderr, "mpitrain: warning: cannot lock %s: %s; this file system does not "
+                    "support flock, so a second job with the same name would not be refused\n",
+                    path, strerror(e));
+            close(fd);
+            return MT_OK;
+        }
+        char holder[512] = "";
+        ssize_t n = e == EWOULDBLOCK ? pread(fd, holder, sizeof holder - 1, 0) : -1;
+        close(fd);
+        if (e != EWOULDBLOCK)
+            return mt__error(MT_EIO, "cannot lock %s: %s", path, strerror(e));
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        return mt__error(MT_EINVAL, "%s is in use by another job (%s): a run directory has one "
+                         "owner at a time; wait for that job to end, or choose another --name",
+                         dir, holder[0] ? holder : "it has not written its name yet");
+    }
+    char line[512];
+    holder_line(line, sizeof line);
+    size_t len = strlen(line);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, len, 0) != (ssize_t)len) {
+        int e = errno;
+        close(fd);
+        return mt__error(MT_EIO, "cannot write %s: %s", path, strerror(e));
+    }
+    *fd_out = fd;
+    return MT_OK;
+}
+
+void mt__run_unlock(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd); /* the kernel drops the flock with the last descriptor */
+    *fd = -1;
+}
+
+/* Everything in dir but run.lock (overwrite: the folder stays locked while it empties). */
+int mt__run_clear(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return mt__error(MT_EIO, "cannot read %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    int rc = MT_OK;
+    while ((e = readdir(d)) && !rc) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "run.lock"))
+            continue;
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        rc = mt__rmtree(sub);
+    }
+    closedir(d);
+    return rc;
 }
 
 /* ------------------------------------------------------------ run.json */
@@ -321,22 +431,29 @@ static void put_json(text *t, json_t *v)
     }
 }
 
+/* One CSV field per RFC 4180: quoted when it holds the separator, a quote, CR or LF (keys
+ * and string values alike, or every later column shifts). */
+static void csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
 static void csv_value(FILE *f, json_t *v)
 {
     if (!v)
         return;
     if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        if (strpbrk(s, ",\"\n")) {
-            fputc('"', f);
-            for (; *s; s++) {
-                if (*s == '"')
-                    fputc('"', f);
-                fputc(*s, f);
-            }
-            fputc('"', f);
-        } else
-            fputs(s, f);
+        csv_field(f, json_string_value(v));
     } else if (json_is_integer(v))
         fprintf(f, "%lld", (long long)json_integer_value(v));
     else if (json_is_real(v)) {
@@ -380,22 +497,26 @@ static int add_keys(mt__rundir *r, json_t *row, bool *grew)
     return MT_OK;
 }
 
-/* progress.csv again from result.json, under the current header. */
+/* progress.csv again from result.json, under the current header (temp file, rename). */
 static int rewrite_csv(mt__rundir *r)
 {
     char path[4096], tmp[4096];
     snprintf(path, sizeof path, "%s/result.json", r->dir);
     snprintf(tmp, sizeof tmp, "%s/.progress.csv.tmp", r->dir);
-    FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
-    if (!in || !out) {
-        if (in)
-            fclose(in);
-        if (out)
-            fclose(out);
-        return mt__error(MT_EIO, "cannot rewrite %s/progress.csv", r->dir);
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return mt__error(MT_EIO, "cannot read %s: %s", path, strerror(errno));
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        int e = errno;
+        fclose(in);
+        return mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(e));
     }
-    for (int i = 0; i < r->ncsv; i++)
-        fprintf(out, "%s%s", i ? "," : "", r->csv_keys[i]);
+    for (int i = 0; i < r->ncsv; i++) {
+        if (i)
+            fputc(',', out);
+        csv_field(out, r->csv_keys[i]);
+    }
     fputc('\n', out);
     char *line = NULL;
     size_t cap = 0;
@@ -407,18 +528,24 @@ static int rewrite_csv(mt__rundir *r)
     }
     free(line);
     fclose(in);
-    int bad = fflush(out) != 0;
-    fclose(out);
-    if (bad)
-        return mt__error(MT_EIO, "cannot write %s", tmp);
+    int bad = fflush(out) != 0 || ferror(out) || fsync(fileno(out)) != 0, e = errno;
+    if (fclose(out) != 0 && !bad)
+        bad = 1, e = errno;
+    if (bad) {
+        unlink(tmp);
+        return mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(e));
+    }
     snprintf(path, sizeof path, "%s/progress.csv", r->dir);
     if (r->csv)
         fclose(r->csv);
     r->csv = NULL;
-    if (rename(tmp, path) != 0)
-        return mt__error(MT_EIO, "cannot replace %s: %s", path, strerror(errno));
+    if (rename(tmp, path) != 0) {
+        e = errno;
+        unlink(tmp);
+        return mt__error(MT_EIO, "cannot replace %s: %s", path, strerror(e));
+    }
     r->csv = fopen(path, "a");
-    return r->csv ? MT_OK : mt__error(MT_EIO, "cannot append to %s", path);
+    return r->csv ? MT_OK : mt__error(MT_EIO, "cannot append to %s: %s", path, strerror(errno));
 }
 
 /* Learn the CSV header of an existing run from its result.json (on resume). */
@@ -446,6 +573,31 @@ int mt__run_open_logs(mt__rundir *r)
     return rewrite_csv(r);
 }
 
+/* Append n bytes to the log f (named name) whole or not at all: a failed write is cut
+ * back, so the next append does not land on a partial line. */
+static int append_all(const mt__rundir *r, FILE *f, const char *name, const char *p, size_t n)
+{
+    int fd = fileno(f);
+    off_t start = lseek(fd, 0, SEEK_END);
+    size_t done = 0;
+    int e = start < 0 ? errno : 0;
+    while (!e && done < n) {
+        ssize_t w = write(fd, p + done, n - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            e = w < 0 ? errno : EIO;
+        else
+            done += (size_t)w;
+    }
+    if (!e)
+        return MT_OK;
+    if (start >= 0 && ftruncate(fd, start) != 0)
+        fprintf(stderr, "mpitrain: warning: %s/%s: cannot cut a partial row back: %s (the next "
+                "start cuts it)\n", r->dir, name, strerror(errno));
+    return mt__error(MT_EIO, "%s/%s: write failed: %s", r->dir, name, strerror(e));
+}
+
 int mt__run_append(mt__rundir *r, json_t *row)
 {
     text t = {0};
@@ -455,19 +607,102 @@ int mt__run_append(mt__rundir *r, json_t *row)
         free(t.p);
         return mt__error(MT_ENOMEM, "out of memory writing result.json");
     }
-    int bad = fwrite(t.p, 1, t.n, r->result) != t.n || fflush(r->result) != 0;
+    int rc = append_all(r, r->result, "result.json", t.p, t.n);
     free(t.p);
-    if (bad)
-        return mt__error(MT_EIO, "%s/result.json: write failed: %s", r->dir, strerror(errno));
+    if (rc)
+        return rc;
     bool grew = false;
-    int rc = add_keys(r, row, &grew);
+    rc = add_keys(r, row, &grew);
     if (rc)
         return rc;
     if (grew)
         return rewrite_csv(r); /* includes this row */
-    csv_row(r->csv, r, row);
-    if (fflush(r->csv) != 0)
-        return mt__error(MT_EIO, "%s/progress.csv: write failed: %s", r->dir, strerror(errno));
+    char *line = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&line, &n);
+    if (m) {
+        csv_row(m, r, row);
+        if (fclose(m) != 0) {
+            free(line);
+            line = NULL;
+        }
+    }
+    rc = line ? append_all(r, r->csv, "progress.csv", line, n)
+              : mt__error(MT_ENOMEM, "out of memory writing progress.csv");
+    free(line);
+    return rc;
+}
+
+/* Cut a last line that a crash left without its newline; its length in *cut. */
+static int cut_torn_tail(const char *path, off_t *cut)
+{
+    *cut = 0;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? MT_OK : mt__error(MT_EIO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    int rc = fstat(fd, &st) == 0 ? MT_OK : mt__error(MT_EIO, "cannot stat %s: %s", path, strerror(errno));
+    off_t end = rc ? 0 : st.st_size, keep = 0;
+    char buf[4096];
+    bool found = false;
+    /* backwards from the end to the last newline */
+    for (off_t pos = end; !rc && !found && pos > 0;) {
+        size_t n = pos < (off_t)sizeof buf ? (size_t)pos : sizeof buf;
+        pos -= (off_t)n;
+        ssize_t got = pread(fd, buf, n, pos);
+        if (got != (ssize_t)n) {
+            rc = mt__error(MT_EIO, "cannot read %s: %s", path, got < 0 ? strerror(errno) : "short read");
+            break;
+        }
+        for (size_t i = n; i-- > 0;)
+            if (buf[i] == '\n') {
+                keep = pos + (off_t)i + 1;
+                found = true;
+                break;
+            }
+    }
+    if (!rc && keep < end) {
+        if (ftruncate(fd, keep) != 0 || fsync(fd) != 0)
+            rc = mt__error(MT_EIO, "cannot cut the torn last line of %s: %s", path, strerror(errno));
+        else
+            *cut = end - keep;
+    }
+    close(fd);
+    return rc;
+}
+
+int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration)
+{
+    const char *files[] = {"result.json", "progress.csv", "result.superseded.json"};
+    *last_iteration = -1;
+    for (int i = 0; i < 3; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", r->dir, files[i]);
+        off_t cut = 0;
+        int rc = cut_torn_tail(path, &cut);
+        if (rc)
+            return rc;
+        if (cut)
+            printf("mpitrain: %s: cut a torn last line (%lld bytes without a newline: a crash "
+                   "in the middle of a write)\n", path, (long long)cut);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/result.json", r->dir);
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return errno == ENOENT ? MT_OK : mt__error(MT_EIO, "cannot read %s: %s", path, strerror(errno));
+    *last_iteration = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, in) > 0) {
+        json_t *row = json_loads(line, 0, NULL);
+        json_t *it = row ? json_object_get(row, "training_iteration") : NULL;
+        if (json_is_integer(it) && json_integer_value(it) > *last_iteration)
+            *last_iteration = json_integer_value(it);
+        json_decref(row);
+    }
+    free(line);
+    fclose(in);
     return MT_OK;
 }
 
@@ -486,7 +721,8 @@ int mt__run_supersede(mt__rundir *r, int64_t iteration)
     FILE *keep = fopen(tmp, "w"), *gone = NULL;
     char *line = NULL;
     size_t cap = 0;
-    int moved = 0, rc = keep ? MT_OK : mt__error(MT_EIO, "cannot write %s", tmp);
+    int moved = 0;
+    int rc = keep ? MT_OK : mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(errno));
     while (!rc && getline(&line, &cap, in) > 0) {
         json_t *row = json_loads(line, 0, NULL);
         json_int_t it = row ? json_integer_value(json_object_get(row, "training_iteration")) : 0;
@@ -496,7 +732,7 @@ int mt__run_supersede(mt__rundir *r, int64_t iteration)
             continue;
         }
         if (!gone && !(gone = fopen(old, "a")))
-            rc = mt__error(MT_EIO, "cannot write %s", old);
+            rc = mt__error(MT_EIO, "cannot write %s: %s", old, strerror(errno));
         else {
             fputs(line, gone);
             moved++;
@@ -504,24 +740,30 @@ int mt__run_supersede(mt__rundir *r, int64_t iteration)
     }
     free(line);
     fclose(in);
-    if (gone && (fflush(gone) != 0 || fsync(fileno(gone)) != 0) && !rc)
-        rc = mt__error(MT_EIO, "cannot write %s", old);
+    if (gone && (fflush(gone) != 0 || ferror(gone) || fsync(fileno(gone)) != 0) && !rc)
+        rc = mt__error(MT_EIO, "cannot write %s: %s", old, strerror(errno));
     if (gone)
         fclose(gone);
-    if (keep && (fflush(keep) != 0 || fsync(fileno(keep)) != 0) && !rc)
-        rc = mt__error(MT_EIO, "cannot write %s", tmp);
+    if (keep && (fflush(keep) != 0 || ferror(keep) || fsync(fileno(keep)) != 0) && !rc)
+        rc = mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(errno));
     if (keep)
         fclose(keep);
     if (!rc && rename(tmp, path) != 0)
-        rc = mt__error(MT_EIO, "cannot replace %s", path);
-    if (!rc && moved)
+        rc = mt__error(MT_EIO, "cannot replace %s: %s", path, strerror(errno));
+    if (rc) { /* result.json stays as it was */
+        unlink(tmp);
+        return rc;
+    }
+    if (moved)
         printf("mpitrain: %d report%s after iteration %lld moved to %s (the resumed run redoes "
                "them)\n", moved, moved == 1 ? "" : "s", (long long)iteration, old);
     return rc;
 }
 
-/* Remove .checkpoint_*.tmp folders a crash left behind, and .drop folders it left
- * half removed. */
+/* Remove what a crash left behind: .checkpoint_*.tmp folders, .drop folders half removed,
+ * checkpoint folders numbered at or past next_checkpoint_index (published, but run.json
+ * never recorded them), and the temporary files of run.json, params.json, error.txt, result.json and
+ * progress.csv (.NAME.tmp). Only the owner calls this (under run.lock). */
 void mt__run_remove_leftovers(const mt__rundir *r)
 {
     DIR *d = opendir(r->dir);
@@ -530,13 +772,29 @@ void mt__run_remove_leftovers(const mt__rundir *r)
         size_t n = strlen(e->d_name);
         bool tmp = n > 4 && !strcmp(e->d_name + n - 4, ".tmp");
         bool drop = n > 5 && !strcmp(e->d_name + n - 5, ".drop");
-        if (!strncmp(e->d_name, ".checkpoint_", 12) && (tmp || drop)) {
+        bool ck = !strncmp(e->d_name, ".checkpoint_", 12);
+        long long index = -1;
+        char rest = 0;
+        /* a folder renamed into place whose run.json update then failed: never recorded,
+         * and in the way of the next commit of that number */
+        if (sscanf(e->d_name, "checkpoint_%6lld%c", &index, &rest) == 1 && index >= r->next_index) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", r->dir, e->d_name);
-            printf("mpitrain: removing %s, a checkpoint %s\n", path,
-                   tmp ? "a crash left unfinished" : "retention dropped");
-            mt__rmtree(path);
+            printf("mpitrain: removing %s, a checkpoint run.json never recorded (its commit "
+                   "did not finish)\n", path);
+            if (mt__rmtree(path))
+                fprintf(stderr, "mpitrain: warning: %s\n", mt_last_error());
+            continue;
         }
+        if (e->d_name[0] != '.' || !(tmp || (ck && drop)))
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", r->dir, e->d_name);
+        printf("mpitrain: removing %s, %s\n", path,
+               !ck ? "a temporary file a crash left behind"
+               : tmp ? "a checkpoint a crash left unfinished" : "a checkpoint retention dropped");
+        if (mt__rmtree(path))
+            fprintf(stderr, "mpitrain: warning: %s\n", mt_last_error());
     }
     if (d)
         closedir(d);

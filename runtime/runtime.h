@@ -32,6 +32,13 @@ struct mt_metrics {
     int n, cap;
 };
 const mt__metric *mt__metrics_find(const mt_metrics *m, const char *key);
+/* Set a metric of `type`; user=false lets the library set the reserved automatic keys
+ * (training_iteration, timestamp, ...) that the public setters refuse. */
+int mt__metrics_put(mt_metrics *m, const char *key, int type, double f, int64_t i,
+                    const char *str, bool user);
+bool mt__metrics_reserved(const char *key);
+/* MT_EINVAL naming the first reserved key in m (mt_report's check), else MT_OK. */
+int mt__metrics_check_user(const mt_metrics *m);
 void mt__metrics_clear(mt_metrics *m);
 int mt__metrics_copy(mt_metrics *dst, const mt_metrics *src);
 int mt__metrics_encode(const mt_metrics *m, char **out, size_t *len);
@@ -72,7 +79,18 @@ int mt__run_open_logs(mt__rundir *r);
 void mt__run_close_logs(mt__rundir *r);
 int mt__run_append(mt__rundir *r, json_t *row);
 int mt__run_supersede(mt__rundir *r, int64_t iteration);
+/* On resume, before anything reads or appends to them: cut a torn last line (no newline)
+ * of result.json, progress.csv and result.superseded.json; *last_iteration is the highest training_iteration of
+ * result.json's rows (0 when it has none, -1 when there is no result.json). */
+int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration);
 void mt__run_remove_leftovers(const mt__rundir *r);
+/* Rank 0, before anything else in dir is read or written: an exclusive flock on
+ * dir/run.lock, held until mt__run_unlock (or the process's death). MT_EINVAL naming the
+ * holder when another job has it; *fd is -1 when the file system has no locks (warned). */
+int mt__run_lock(const char *dir, int *fd);
+void mt__run_unlock(int *fd);
+/* Remove everything in dir except run.lock. */
+int mt__run_clear(const char *dir);
 /* Retention's drops: each checkpoint folder is renamed to .NAME.drop at once (run.json no
  * longer lists it), then removed by a thread while training goes on; the next drop, and
  * mt__run_free, wait for it. A crash leaves .drop folders that the next start removes. */
@@ -122,8 +140,10 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
                           const mt_metrics *metrics, int64_t iteration, char *name, size_t len,
                           bool *agreed);
 /* Rank 0: the newest kept checkpoint that opens and passes its checksums (warning about
- * any that do not); its position in run->kept, or -1. */
-int mt__checkpoint_pick_valid(mt__rundir *run, int verbose);
+ * any that do not), and whose report row is in result.json (training_iteration <=
+ * max_iteration: a crash between the commit and the row leaves a checkpoint ahead of the
+ * log); its position in run->kept, or -1. The others are forgotten (folders stay). */
+int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteration);
 /* A stored checkpoint's description as JSON text (for the trip to other ranks), and back. */
 char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix);
 int mt__checkpoint_from_description(const char *text, mt_checkpoint **out);

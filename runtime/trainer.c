@@ -10,6 +10,8 @@
 #include "runtime.h"
 #include "../collectives/watchdog.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,10 +193,14 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
 /* ------------------------------------------------------------ the run directory */
 
 /* Rank 0: the latest good checkpoint (or none) becomes where this attempt starts; reports
- * after it move aside; returns the JSON the other ranks need. */
-static json_t *resume_point(mt__rundir *run, int verbose)
+ * after it move aside; returns the JSON the other ranks need, or NULL (error set) when
+ * result.json cannot be brought in line (appending to it would duplicate rows). */
+static json_t *resume_point(mt__rundir *run, int verbose, int *rc)
 {
-    int k = mt__checkpoint_pick_valid(run, verbose);
+    int64_t last_row = -1;
+    if ((*rc = mt__run_repair_logs(run, &last_row)))
+        return NULL;
+    int k = mt__checkpoint_pick_valid(run, verbose, last_row < 0 ? INT64_MAX : last_row);
     int64_t iteration = k >= 0 ? run->kept[k].iteration : 0;
     json_t *ck = json_null();
     if (k >= 0) {
@@ -208,11 +214,16 @@ static json_t *resume_point(mt__rundir *run, int verbose)
         }
         mt_checkpoint_free(&stored);
     }
-    if (mt__run_supersede(run, iteration) != MT_OK)
-        fprintf(stderr, "mpitrain: warning: %s\n", mt_last_error());
+    if ((*rc = mt__run_supersede(run, iteration))) {
+        json_decref(ck);
+        return NULL;
+    }
     run->iteration = iteration;
-    return json_pack("{s:i, s:I, s:f, s:o}", "attempt", run->attempts - 1, "iteration",
+    json_t *info = json_pack("{s:i, s:I, s:f, s:o}", "attempt", run->attempts - 1, "iteration",
                      (json_int_t)iteration, "time_total", run->time_total, "checkpoint", ck);
+    if (!info)
+        *rc = mt__error(MT_ENOMEM, "out of memory resuming %s", run->dir);
+    return info;
 }
 
 /* Rank 0: create or resume <storage_path>/<name>. */
@@ -234,7 +245,7 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
                                             "--overwrite (run.overwrite) to replace it, or "
                                             "choose another --name", ctx->run_dir);
             mt__run_free(run);
-            if ((rc = mt__rmtree(ctx->run_dir)) || (rc = mt__mkdirs(ctx->run_dir)))
+            if ((rc = mt__run_clear(ctx->run_dir))) /* run.lock stays: this job holds it */
                 return rc;
             exists = false;
         }
@@ -244,11 +255,9 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
         run->latest = -1;
         if (!(run->dir = mt__strdup(ctx->run_dir)))
             return MT_ENOMEM;
-    } else {
-        if (!strcmp(run->status, "running")) /* the last attempt died without a word */
-            run->failures++;
-        mt__run_remove_leftovers(run);
-    }
+    } else if (!strcmp(run->status, "running")) /* the last attempt died without a word */
+        run->failures++;
+    mt__run_remove_leftovers(run); /* this job owns the folder now (run.lock) */
     snprintf(run->status, sizeof run->status, "running");
     run->attempts++;
     json_t *params = mt__params_json(&t->cfg, ctx->world_size);
@@ -258,7 +267,7 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
     rc = text ? mt__write_atomic(ctx->run_dir, "params.json", text) : MT_ENOMEM;
     free(text);
     if (!rc)
-        *info = resume_point(run, t->cfg.run.verbose);
+        *info = resume_point(run, t->cfg.run.verbose, &rc);
     if (!rc)
         rc = mt__run_save(run);
     if (!rc)
@@ -267,6 +276,26 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
         printf("mpitrain: resuming %s (attempt %d) from %s\n", ctx->run_dir, run->attempts - 1,
                run->latest >= 0 ? run->kept[run->latest].name : "the start (no checkpoint)");
     return rc;
+}
+
+/* Rank 0 takes the run directory's lock (creating the folder first); a refusal is every
+ * rank's own error with rank 0's text: the job is refused, no rank failed. When the
+ * folder cannot be created, prepare_run says so. Collective. */
+static int lock_run(mt_context *ctx, int *lock_fd)
+{
+    struct {
+        int32_t code;
+        char msg[MT__MSG_LEN];
+    } r = {0, ""};
+    if (ctx->world_rank == 0 && mt__mkdirs(ctx->run_dir) == MT_OK &&
+        (r.code = mt__run_lock(ctx->run_dir, lock_fd)) != MT_OK)
+        snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
+    mt__error_clear();
+    int rc = mt__broadcast(ctx->comm, &r, sizeof r, MT_U8, 0);
+    if (rc)
+        return rc;
+    r.msg[sizeof r.msg - 1] = '\0';
+    return r.code ? mt__error(r.code, "%s", r.msg) : MT_OK;
 }
 
 /* Rank 0's JSON to every rank (collective). */
@@ -319,8 +348,17 @@ static void finish_run(mt_context *ctx, const char *status, const char *error)
     mt__rundir *run = ctx->run;
     snprintf(run->status, sizeof run->status, "%s", status);
     run->time_total = ctx->time_before + mt__now() - ctx->start;
+    /* error.txt describes this attempt's end, or is gone: an earlier attempt's error in a
+     * finished run would say it failed */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/error.txt", run->dir);
+    int e = MT_OK;
     if (error)
-        mt__write_atomic(run->dir, "error.txt", error);
+        e = mt__write_atomic(run->dir, "error.txt", error);
+    else if (unlink(path) != 0 && errno != ENOENT)
+        e = mt__error(MT_EIO, "cannot remove %s: %s", path, strerror(errno));
+    if (e)
+        fprintf(stderr, "mpitrain: %s\n", mt_last_error());
     if (mt__run_save(run) != MT_OK)
         fprintf(stderr, "mpitrain: %s\n", mt_last_error());
 }
@@ -381,6 +419,9 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     /* the run directory: rank 0 prepares it, every rank learns where to start */
     mt__rundir run = {.latest = -1};
     json_t *info = NULL;
+    int lock_fd = -1; /* rank 0: run.lock, held until fit returns */
+    if (!rc)
+        rc = lock_run(ctx, &lock_fd);
     if (!rc) {
         ctx->run = ctx->world_rank == 0 ? &run : NULL;
         mt__call prep;
@@ -442,8 +483,10 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
             run.failures++;
             run.attempts++;
             run.time_total = ctx->time_before + mt__now() - ctx->start;
-            info = resume_point(&run, t->cfg.run.verbose);
-            if (mt__run_save(&run) != MT_OK)
+            int e = MT_OK;
+            if (!(info = resume_point(&run, t->cfg.run.verbose, &e)))
+                fprintf(stderr, "mpitrain: cannot resume: %s\n", mt_last_error());
+            else if (mt__run_save(&run) != MT_OK)
                 fprintf(stderr, "mpitrain: %s\n", mt_last_error());
             mt__run_close_logs(&run); /* result.json was rewritten: open the new one */
             if (mt__run_open_logs(&run) != MT_OK)
@@ -485,6 +528,7 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     if (rc && !started && who.rank >= 0)
         rc = who.code; /* the same code on every rank: the winning rank's */
     mt__run_free(&run);
+    mt__run_unlock(&lock_fd);
     mt_metrics_free(&ctx->last_metrics);
     mt_checkpoint_free(&ctx->restored);
     mt__context_destroy(&ctx);

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Checkpoints across world sizes, with a bounded rank 0, and across a crash of rank 0
-# in the middle of a commit.
+# Checkpoints across world sizes, with a bounded rank 0, across a crash of rank 0 in the
+# middle of a commit, and with damaged metadata (layout, offsets, shape, dtype, names,
+# metadata): the damaged one is skipped with a warning saying what, the previous one used.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
@@ -61,5 +62,46 @@ if [ $rc -eq 0 ] && grep -q "checkpoint_000000: ok" "$out" && [ "$(grep -c ': ok
     && [ ! -e "$store/$name/.checkpoint_000007.drop" ]; then
     ok "rerun resumes from checkpoint_000000; the half-written one and a dropped one are removed"
 else bad "resume after the crash (exit $rc)"; fi
+
+# damaged metadata in the latest checkpoint (tests/ckpt_probe damage, HDF5 API): skipped
+# with a warning naming the file and what does not match; the run resumes from the
+# previous one and every rank gets its right rows
+for np in 1 2 3; do
+    for what in layout offsets shape dtype name meta drop add unformat; do
+        [ "$np" -eq 3 ] && [ "$what" != offsets ] && [ "$what" != layout ] && continue
+        case $what in
+        layout) why="array rows: the checksum of its layout does not match" ;;
+        offsets) why="array rows: the checksum of its row offsets does not match" ;;
+        shape) why="array rows: the checksum of its shape does not match" ;;
+        dtype) why="array rows: the checksum of its dtype does not match" ;;
+        name) why="array rows: the checksum of its name does not match" ;;
+        meta) why="the checksum of its metadata does not match" ;;
+        drop) why="the checksum of its list of arrays does not match" ;;
+        add) why="array extra: the checksum of its name does not match" ;;
+        unformat) why="its arrays carry checks but the file has no format attribute" ;;
+        esac
+        name="damaged-$what-$np"
+        "$run" "$np" "$probe" twice "$name" 600 >"$out" 2>"$err"
+        h5="$store/$name/checkpoint_000001/checkpoint.h5"
+        "$probe" damage "$h5" "$what" >"$out" 2>"$err" || { bad "$np ranks: damaging $what"; continue; }
+        "$run" "$np" "$probe" load "$name" 600 >"$out" 2>"$err"
+        rc=$?
+        n=$(grep -c "checkpoint_000000: ok$" "$out")
+        if [ $rc -eq 0 ] && [ "$n" -eq "$np" ] \
+            && grep -q "warning: skipping $store/$name/checkpoint_000001: $h5: corrupt checkpoint index: .*$why" "$err"; then
+            ok "$np ranks: damaged $what: skipped with a warning ($why), resumed from checkpoint_000000"
+        else bad "$np ranks: damaged $what (exit $rc, $n ranks ok from checkpoint_000000)"; fi
+    done
+done
+
+# a checkpoint written before the metadata checks existed still loads
+name=legacy
+"$run" 2 "$probe" twice "$name" 600 >"$out" 2>"$err"
+"$probe" damage "$store/$name/checkpoint_000001/checkpoint.h5" legacy >"$out" 2>"$err"
+"$run" 2 "$probe" load "$name" 600 >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c "checkpoint_000001: ok$" "$out")" -eq 2 ] && ! grep -q skipping "$err"; then
+    ok "a checkpoint without the metadata checks (the earlier format) still loads"
+else bad "loading the earlier format (exit $rc)"; fi
 
 finish

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -133,6 +135,21 @@ static void test_report_files(void)
         MT_ASSERT_STR_CONTAINS(first, "\"train, \"\"warm\"\"\"");
         struct stat st;
         CU_ASSERT(stat(run_file("reports", "params.json"), &st) == 0);
+        /* a crash cut a fourth row short: mt_result_load reads the last whole one */
+        f = fopen(run_file("reports", "result.json"), "a");
+        if (f) {
+            fputs("{\"loss\":0.1,\"training_iteration\":4", f);
+            fclose(f);
+        }
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/reports", mt_test_storage());
+        mt_result *loaded = NULL;
+        MT_ASSERT_INT_EQ(mt_result_load(dir, &loaded), MT_OK);
+        it = 0;
+        MT_ASSERT_INT_EQ(mt_metrics_get_i64(mt_result_metrics(loaded), "training_iteration", &it),
+                         MT_OK);
+        MT_ASSERT_INT_EQ(it, 3);
+        mt_result_free(&loaded);
     }
 }
 
@@ -535,6 +552,325 @@ static void test_frequency_and_preemption(void)
     MT_ASSERT_INT_EQ(fit(cfg, preemptible, &b, NULL), MT_OK);
 }
 
+/* ------------------------------------------------------------ metrics: getters, reserved keys */
+
+static void test_metrics_getters_reject_null(void)
+{
+    mt_metrics *m = mt_metrics_new();
+    mt_metrics_set_f64(m, "x", 1.5);
+    mt_metrics_set_str(m, "s", "v");
+    double f = 0;
+    int64_t i = 0;
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(NULL, "x", &f), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_metrics_get_f64: metrics is NULL");
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(m, "x", NULL), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_metrics_get_f64: out is NULL");
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(m, NULL, &f), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_metrics_get_i64(NULL, "x", &i), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_metrics_get_i64(m, "x", NULL), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_metrics_get_i64: out is NULL");
+    MT_ASSERT_INT_EQ(mt_metrics_get_i64(m, NULL, &i), MT_EINVAL);
+    CU_ASSERT_PTR_NULL(mt_metrics_get_str(NULL, "s"));
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_metrics_get_str: metrics is NULL");
+    CU_ASSERT_PTR_NULL(mt_metrics_get_str(m, NULL));
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_metrics_get_str: key is NULL");
+    /* the normal paths still work */
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(m, "x", &f), MT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(f, 1.5, 0);
+    MT_ASSERT_INT_EQ(mt_metrics_get_i64(m, "s", &i), MT_ENOTFOUND);
+    MT_ASSERT_STR_EQ(mt_metrics_get_str(m, "s"), "v");
+    mt_metrics_free(&m);
+}
+
+static void test_reserved_keys_refused(void)
+{
+    const char *keys[] = {"training_iteration", "timestamp", "time_this_iter_s", "time_total_s",
+                          "checkpoint_dir_name", "per_rank"};
+    mt_metrics *m = mt_metrics_new();
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        char want[128];
+        snprintf(want, sizeof want, "metric key \"%s\" is reserved", keys[k]);
+        MT_ASSERT_INT_EQ(mt_metrics_set_f64(m, keys[k], 1), MT_EINVAL);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), want);
+        MT_ASSERT_INT_EQ(mt_metrics_set_i64(m, keys[k], 1), MT_EINVAL);
+        MT_ASSERT_INT_EQ(mt_metrics_set_str(m, keys[k], "x"), MT_EINVAL);
+    }
+    MT_ASSERT_INT_EQ(mt_metrics_count(m), 0);
+    mt_metrics_free(&m);
+}
+
+/* Metrics that carry a reserved key anyway (a result's metrics passed back, here built
+ * with the library's own setter) on the last rank only: an agreed error, not a row. */
+static int reserved_on_last_rank(mt_context *c, void *arg)
+{
+    mt_metrics *m = mt_metrics_new();
+    mt_metrics_set_f64(m, "loss", 1);
+    if (mt_world_rank(c) == mt_world_size(c) - 1)
+        mt__metrics_put(m, "timestamp", MT__METRIC_F64, 7, 0, NULL, false);
+    int rc = mt_report(c, m, NULL);
+    mt_metrics_free(&m);
+    return rc;
+}
+
+static void test_reserved_key_in_report(void)
+{
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit(config("reserved"), reserved_on_last_rank, NULL, &res), MT_EINVAL);
+    char want[128];
+    snprintf(want, sizeof want, "rank %d failed: metric key \"timestamp\" is reserved", P() - 1);
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), want);
+    mt_result_free(&res);
+    if (R() == 0) {
+        json_t *rows = rows_of("reserved");
+        MT_ASSERT_INT_EQ(json_array_size(rows), 0);
+        json_decref(rows);
+    }
+}
+
+/* ------------------------------------------------------------ progress.csv quoting */
+
+/* Split a CSV file into records of fields per RFC 4180; returns the record count. */
+static int csv_parse(const char *path, char fields[][8][128], int max_records, int *nfields)
+{
+    FILE *f = fopen(path, "r");
+    int rec = 0, fld = 0, ch;
+    size_t len = 0;
+    bool quoted = false, any = false;
+    while (f && rec < max_records && (ch = fgetc(f)) != EOF) {
+        any = true;
+        if (quoted) {
+            if (ch == '"') {
+                int next = fgetc(f);
+                if (next != '"') {
+                    quoted = false;
+                    if (next == EOF)
+                        break;
+                    ungetc(next, f);
+                    continue;
+                }
+            }
+        } else if (ch == '"') {
+            quoted = true;
+            continue;
+        } else if (ch == ',' || ch == '\n') {
+            if (fld < 8)
+                fields[rec][fld][len < 127 ? len : 127] = '\0';
+            fld++;
+            len = 0;
+            if (ch == '\n') {
+                nfields[rec++] = fld;
+                fld = 0;
+                any = false;
+            }
+            continue;
+        }
+        if (fld < 8 && len < 127)
+            fields[rec][fld][len] = (char)ch;
+        len++;
+    }
+    if (any && rec < max_records) /* no final newline */
+        nfields[rec++] = fld + 1;
+    if (f)
+        fclose(f);
+    return rec;
+}
+
+static int awkward_keys(mt_context *c, void *arg)
+{
+    int rc = MT_OK;
+    for (int i = 0; i < 2 && !rc; i++) {
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_f64(m, "a,b", 1 + i);
+        mt_metrics_set_str(m, "say \"hi\"", i ? "cr\r\nlf" : "x,y");
+        mt_metrics_set_i64(m, "n", 10 + i);
+        rc = mt_report(c, m, NULL);
+        mt_metrics_free(&m);
+    }
+    return rc;
+}
+
+static void test_csv_quoting(void)
+{
+    MT_ASSERT_INT_EQ(fit(config("csvq"), awkward_keys, NULL, NULL), MT_OK);
+    if (R() != 0)
+        return;
+    static char f[4][8][128];
+    int nf[4] = {0};
+    memset(f, 0, sizeof f);
+    int n = csv_parse(run_file("csvq", "progress.csv"), f, 4, nf);
+    MT_ASSERT_INT_EQ(n, 3);
+    /* a,b | say "hi" | n | training_iteration | timestamp | time_this_iter_s | time_total_s */
+    MT_ASSERT_INT_EQ(nf[0], 7);
+    MT_ASSERT_INT_EQ(nf[1], 7);
+    MT_ASSERT_INT_EQ(nf[2], 7);
+    MT_ASSERT_STR_EQ(f[0][0], "a,b");
+    MT_ASSERT_STR_EQ(f[0][1], "say \"hi\"");
+    MT_ASSERT_STR_EQ(f[0][2], "n");
+    MT_ASSERT_STR_EQ(f[0][3], "training_iteration");
+    MT_ASSERT_STR_EQ(f[1][0], "1.0");
+    MT_ASSERT_STR_EQ(f[1][1], "x,y");
+    MT_ASSERT_STR_EQ(f[1][2], "10");
+    MT_ASSERT_STR_EQ(f[1][3], "1");
+    MT_ASSERT_STR_EQ(f[2][1], "cr\r\nlf");
+    MT_ASSERT_STR_EQ(f[2][2], "11");
+    MT_ASSERT_STR_EQ(f[2][3], "2");
+}
+
+/* ------------------------------------------------------------ checkpoint building refusals */
+
+static void test_checkpoint_builder_refusals(void)
+{
+    char file[1024], dir[1024];
+    snprintf(file, sizeof file, "%s/add-%d.txt", mt_test_storage(), R());
+    snprintf(dir, sizeof dir, "%s/adddir-%d", mt_test_storage(), R());
+    FILE *f = fopen(file, "w");
+    fputs("data\n", f);
+    fclose(f);
+    mkdir(dir, 0755);
+    mt_checkpoint *ck = mt_checkpoint_new();
+    MT_ASSERT_INT_EQ(mt_checkpoint_add_file(ck, "a.txt", file), MT_OK);
+    /* the same name twice: the second would replace the first */
+    MT_ASSERT_INT_EQ(mt_checkpoint_add_file(ck, "a.txt", file), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "a file named a.txt was added already");
+    /* a directory: would be stored as a 0-byte file */
+    MT_ASSERT_INT_EQ(mt_checkpoint_add_file(ck, "d", dir), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "is a directory, not a regular file");
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), dir);
+    char gone[1100];
+    snprintf(gone, sizeof gone, "%s/no-such-file", dir);
+    MT_ASSERT_INT_EQ(mt_checkpoint_add_file(ck, "g", gone), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "No such file or directory");
+    MT_ASSERT_INT_EQ(mt_checkpoint_add_file(ck, "dev", "/dev/null"), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "not a regular file");
+    /* names that would leave the checkpoint folder or collide with its own entries */
+    const char *names[] = {"", "..", ".", "../x", "a/b", "/etc", ".hidden", "checkpoint.h5",
+                           "rank1", "rank12", "new\nline", "tab\there"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        MT_ASSERT_INT_EQ(mt_checkpoint_add_file(ck, names[i], file), MT_EINVAL);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "bad file name");
+    }
+    MT_ASSERT_INT_EQ(mt_checkpoint_add_file(ck, NULL, file), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_checkpoint_add_file(ck, "p", NULL), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_checkpoint_add_file(ck, "p", ""), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_checkpoint_add_file(ck, "rankx", file), MT_OK); /* not rank<N> */
+    /* arrays: the same name twice, names that HDF5 would resolve as paths */
+    float x[2] = {1, 2};
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "x", MT_F32, 1, (size_t[]){2}, x, MT_REPLICATED), MT_OK);
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "x", MT_F32, 1, (size_t[]){2}, x, MT_REPLICATED), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "array x was put already");
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "a/b", MT_F32, 1, (size_t[]){2}, x, MT_REPLICATED), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "..", MT_F32, 1, (size_t[]){2}, x, MT_REPLICATED), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "", MT_F32, 1, (size_t[]){2}, x, MT_REPLICATED), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "a\nb", MT_F32, 1, (size_t[]){2}, x, MT_REPLICATED), MT_EINVAL);
+    /* metadata: a key set again takes the new value (one entry), bad keys name themselves */
+    MT_ASSERT_INT_EQ(mt_checkpoint_set_meta(ck, "epoch", "1"), MT_OK);
+    MT_ASSERT_INT_EQ(mt_checkpoint_set_meta(ck, "epoch", "2"), MT_OK);
+    MT_ASSERT_STR_EQ(mt_checkpoint_get_meta(ck, "epoch"), "2");
+    MT_ASSERT_INT_EQ(mt_checkpoint_set_meta(ck, "", "1"), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "bad key \"\"");
+    MT_ASSERT_INT_EQ(mt_checkpoint_set_meta(ck, "k", NULL), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_checkpoint_set_meta k: value is NULL");
+    mt_checkpoint_free(&ck);
+    rmdir(dir);
+    unlink(file);
+}
+
+/* ------------------------------------------------------------ run directory ownership */
+
+/* Another job holds run.lock (here: another open file description of this process on
+ * rank 0, as flock sees it): fit is refused on every rank with the holder's name, and
+ * nothing in the folder is touched; once released, the run starts. */
+static void test_run_lock_refuses_second_owner(void)
+{
+    char dir[1024], lock[1100];
+    snprintf(dir, sizeof dir, "%s/locked", mt_test_storage());
+    snprintf(lock, sizeof lock, "%s/run.lock", dir);
+    int fd = -1;
+    if (R() == 0) {
+        mkdir(dir, 0755);
+        fd = open(lock, O_RDWR | O_CREAT, 0644);
+        CU_ASSERT(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+        const char *who = "pid 99999 on host elsewhere, Slurm job 77, started 2026-01-01 00:00:00 UTC\n";
+        CU_ASSERT(write(fd, who, strlen(who)) == (ssize_t)strlen(who));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit(config("locked"), three_reports, NULL, &res), MT_EINVAL);
+    char want[1200];
+    snprintf(want, sizeof want, "%s is in use by another job (pid 99999 on host elsewhere, Slurm "
+             "job 77, started 2026-01-01 00:00:00 UTC)", dir);
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), want);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), want);
+    CU_ASSERT(strstr(mt_result_error(res) ? mt_result_error(res) : "", "rank 0 failed") == NULL);
+    mt_result_free(&res);
+    if (R() == 0) {
+        struct stat st;
+        CU_ASSERT(stat(run_file("locked", "run.json"), &st) != 0);
+        CU_ASSERT(stat(run_file("locked", "params.json"), &st) != 0);
+        close(fd); /* the other job ends */
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MT_ASSERT_INT_EQ(fit(config("locked"), three_reports, NULL, NULL), MT_OK);
+    if (R() == 0) {
+        json_t *rows = rows_of("locked");
+        MT_ASSERT_INT_EQ(json_array_size(rows), 3);
+        json_decref(rows);
+        /* the finished run's lock file names this job, and the lock is free again */
+        char text[512] = "";
+        FILE *f = fopen(lock, "r");
+        if (f) {
+            CU_ASSERT_PTR_NOT_NULL(fgets(text, sizeof text, f));
+            fclose(f);
+        }
+        char pid[64];
+        snprintf(pid, sizeof pid, "pid %d on host ", (int)getpid());
+        MT_ASSERT_STR_CONTAINS(text, pid);
+        fd = open(lock, O_RDWR);
+        CU_ASSERT(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+        close(fd);
+    }
+}
+
+/* A file added on the last rank becomes a directory before the report: every rank's
+ * error names it; nothing is committed. */
+static int file_replaced_before_commit(mt_context *c, void *arg)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/swap-%d", mt_test_storage(), mt_world_rank(c));
+    FILE *f = fopen(path, "w");
+    fputs("x\n", f);
+    fclose(f);
+    mt_checkpoint *ck = mt_checkpoint_new();
+    int rc = mt_checkpoint_add_file(ck, "swap.txt", path);
+    if (!rc && mt_world_rank(c) == mt_world_size(c) - 1) {
+        unlink(path);
+        mkdir(path, 0755);
+    }
+    mt_metrics *m = mt_metrics_new();
+    if (!rc)
+        rc = mt_report(c, m, ck);
+    mt_metrics_free(&m);
+    mt_checkpoint_free(&ck);
+    rmdir(path);
+    unlink(path);
+    return rc;
+}
+
+static void test_checkpoint_file_checked_at_commit(void)
+{
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(fit(config("swapped"), file_replaced_before_commit, NULL, &res), MT_EIO);
+    char want[1200];
+    snprintf(want, sizeof want, "checkpoint file swap.txt: %s/swap-%d is a directory, not a "
+             "regular file", mt_test_storage(), P() - 1);
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), want);
+    mt_result_free(&res);
+    if (R() == 0) {
+        struct stat st;
+        CU_ASSERT(stat(run_file("swapped", "checkpoint_000000"), &st) != 0);
+    }
+}
+
 static const mt_test tests[] = {
     {"report_files", test_report_files},
     {"checkpoint_contents_and_retention", test_checkpoint_contents_and_retention},
@@ -543,6 +879,13 @@ static const mt_test tests[] = {
     {"corrupt_latest_is_skipped", test_corrupt_latest_is_skipped},
     {"bad_inputs", test_bad_inputs},
     {"frequency_and_preemption", test_frequency_and_preemption},
+    {"metrics_getters_reject_null", test_metrics_getters_reject_null},
+    {"reserved_keys_refused", test_reserved_keys_refused},
+    {"reserved_key_in_report", test_reserved_key_in_report},
+    {"csv_quoting", test_csv_quoting},
+    {"checkpoint_builder_refusals", test_checkpoint_builder_refusals},
+    {"run_lock_refuses_second_owner", test_run_lock_refuses_second_owner},
+    {"checkpoint_file_checked_at_commit", test_checkpoint_file_checked_at_commit},
     {NULL, NULL},
 };
 
