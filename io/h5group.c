@@ -158,8 +158,7 @@ int mt__h5group_open(MPI_Comm comm, const char *file, const char *group, mt__h5g
     g->fid = H5I_INVALID_HID;
     g->file = mt__strdup(file);
     g->group = mt__strdup(group);
-    const char *mode = getenv("MT_IO_COLLECTIVE");
-    g->collective = mode && !strcmp(mode, "1");
+    g->collective = mt__env_knob_bool("MT_IO_COLLECTIVE", false);
     LOCK();
     quiet_hdf5();
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), grp = H5I_INVALID_HID;

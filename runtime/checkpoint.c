@@ -27,9 +27,7 @@
 
 static size_t buffer_bytes(void)
 {
-    const char *env = getenv("MT_CHECKPOINT_BUFFER");
-    long long v = env ? atoll(env) : 0;
-    return v > 0 ? (size_t)v : (size_t)64 << 20;
+    return (size_t)mt__env_knob_u64("MT_CHECKPOINT_BUFFER", (uint64_t)64 << 20);
 }
 
 /* Rank 0's staging buffer for other ranks' data, buffer_bytes() long, made on the first
@@ -254,17 +252,17 @@ typedef struct {
  * number MT_TEST_COMMIT_PAUSE_AT (default 0), so a test can kill it mid-commit. */
 static bool pause_here(int64_t index)
 {
-    const char *p = getenv("MT_TEST_COMMIT_PAUSE"), *at = getenv("MT_TEST_COMMIT_PAUSE_AT");
-    return p && atof(p) > 0 && index == (at ? atoll(at) : 0);
+    return mt__env_knob_f64("MT_TEST_COMMIT_PAUSE", 0) > 0 &&
+           (uint64_t)index == mt__env_knob_u64("MT_TEST_COMMIT_PAUSE_AT", 0);
 }
 
 static void test_pause(void)
 {
-    const char *p = getenv("MT_TEST_COMMIT_PAUSE");
-    if (p && atof(p) > 0) {
-        fprintf(stderr, "mpitrain: test hook: pid %d pausing %s s inside a checkpoint commit\n", (int)getpid(), p);
+    double p = mt__env_knob_f64("MT_TEST_COMMIT_PAUSE", 0);
+    if (p > 0) {
+        fprintf(stderr, "mpitrain: test hook: pid %d pausing %g s inside a checkpoint commit\n", (int)getpid(), p);
         fflush(stderr);
-        usleep((useconds_t)(atof(p) * 1e6));
+        usleep((useconds_t)(p * 1e6));
     }
 }
 

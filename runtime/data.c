@@ -402,7 +402,7 @@ static bool want_readahead(const mt_context *c)
 {
     const char *env = getenv("MT_IO_READAHEAD");
     if (env && *env)
-        return strcmp(env, "0") != 0;
+        return mt__env_knob_bool("MT_IO_READAHEAD", true);
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int per_rank = c->num_cpus;
     if (online > 0 && c->num_cpus >= online) /* not bound: the node's CPUs are shared */

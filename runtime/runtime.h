@@ -183,6 +183,9 @@ void mt__checkpoint_release(mt_context *c); /* the staging buffer */
 /* CPUs in the calling thread's affinity mask (1 when it cannot be read). */
 int mt__affinity_cpus(char *list, size_t list_len);
 
+/* Local. Every environment knob parses and is in range; MT_EINVAL listing the bad ones. */
+int mt__env_validate(void);
+
 /* $HOME/mpitrain_results (or ./mpitrain_results without HOME). */
 const char *mt__default_storage_path(void);
 

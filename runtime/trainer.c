@@ -135,6 +135,8 @@ int mt_trainer_add_dataset(mt_trainer *t, const char *name, const char *h5_file,
 static int check_setup(const mt_trainer *t, const mt_context *ctx)
 {
     int rc = mt_config_validate(&t->cfg);
+    if (!rc)
+        rc = mt__env_validate();
     if (rc)
         return rc;
     int want = t->cfg.scaling.num_workers;
