@@ -7,6 +7,7 @@
 #include "io.h"
 
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,11 @@ int mt__ckpt_rows(hid_t ds, mt_dtype t, uint64_t row, uint64_t nrows, void *data
     mt__h5_lock();
     hid_t fs = H5Dget_space(ds);
     int nd = H5Sget_simple_extent_ndims(fs);
+    if (nd < 1 || nd > 8) { /* the index refused such an array; never fill dims[8] */
+        H5Sclose(fs);
+        mt__h5_unlock();
+        return mt__error(MT_EFORMAT, "checkpoint: an array has %d dimensions (1 to 8)", nd);
+    }
     hsize_t dims[8], start[8] = {0}, count[8];
     H5Sget_simple_extent_dims(fs, dims, NULL);
     start[0] = row;
@@ -155,48 +161,116 @@ static mt_dtype dtype_of(hid_t ft)
     return 0;
 }
 
+/* Reading the index is reading a file from outside: every size is checked against the
+ * fixed fields it lands in (at most 8 dimensions, names under 256 bytes, one element per
+ * scalar attribute, string attributes of one fixed-length string), and a file that breaks
+ * a rule is MT_EFORMAT naming the file and the dataset or attribute. */
+typedef struct {
+    mt__ckpt_index *ix;
+    const char *path;
+    int rc;
+} index_walk;
+
+static herr_t index_error(index_walk *w, const char *fmt, ...) MT__PRINTF(2, 3);
+static herr_t index_error(index_walk *w, const char *fmt, ...)
+{
+    char msg[MT__MSG_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    w->rc = mt__error(MT_EFORMAT, "%s: %s", w->path, msg);
+    return -1;
+}
+
+/* A one-element numeric attribute into *out (mem: its native type); -1 otherwise. */
+static int read_scalar_attr(hid_t obj, const char *name, hid_t mem, void *out)
+{
+    if (H5Aexists(obj, name) <= 0)
+        return -1;
+    hid_t at = H5Aopen(obj, name, H5P_DEFAULT);
+    if (at < 0)
+        return -1;
+    hid_t sp = H5Aget_space(at), ft = H5Aget_type(at);
+    int ok = H5Sget_simple_extent_npoints(sp) == 1 &&
+             (H5Tget_class(ft) == H5T_INTEGER || H5Tget_class(ft) == H5T_FLOAT) &&
+             H5Aread(at, mem, out) >= 0;
+    H5Tclose(ft);
+    H5Sclose(sp);
+    H5Aclose(at);
+    return ok ? 0 : -1;
+}
+
 static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void *arg)
 {
-    mt__ckpt_index *ix = arg;
+    index_walk *w = arg;
+    mt__ckpt_index *ix = w->ix;
+    if (strlen(name) >= sizeof ix->arrays[0].name)
+        return index_error(w, "array name of %zu bytes (at most %zu)", strlen(name),
+                           sizeof ix->arrays[0].name - 1);
     if (ix->n == ix->cap) {
         int cap = ix->cap ? ix->cap * 2 : 8;
         mt__ckpt_array *a = realloc(ix->arrays, (size_t)cap * sizeof *a);
-        if (!a)
+        if (!a) {
+            w->rc = mt__error(MT_ENOMEM, "%s: out of memory reading the index", w->path);
             return -1;
+        }
         ix->arrays = a;
         ix->cap = cap;
     }
     mt__ckpt_array *a = &ix->arrays[ix->n];
     memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "%s", name);
     hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
     if (ds < 0)
-        return -1;
+        return index_error(w, "%s: not an array (cannot open it as a dataset)", name);
     hid_t ft = H5Dget_type(ds), sp = H5Dget_space(ds);
     a->dtype = dtype_of(ft);
-    a->ndim = H5Sget_simple_extent_ndims(sp);
-    hsize_t d[8];
-    H5Sget_simple_extent_dims(sp, d, NULL);
-    for (int i = 0; i < a->ndim; i++)
-        a->dims[i] = d[i];
-    snprintf(a->name, sizeof a->name, "%s", name);
-    int ok = a->dtype && a->ndim >= 1 && a->ndim <= 8;
-    hid_t at;
-    if (ok && (at = H5Aopen(ds, "layout", H5P_DEFAULT)) >= 0) {
-        H5Aread(at, H5T_NATIVE_INT, &a->layout);
-        H5Aclose(at);
-    } else
-        ok = 0;
-    if (ok && (at = H5Aopen(ds, "crc32", H5P_DEFAULT)) >= 0) {
-        H5Aread(at, H5T_NATIVE_UINT32, &a->crc);
-        H5Aclose(at);
-    } else
-        ok = 0;
-    if (ok && H5Aexists(ds, "offsets") > 0 && (at = H5Aopen(ds, "offsets", H5P_DEFAULT)) >= 0) {
-        hid_t asp = H5Aget_space(at);
+    int nd = H5Sget_simple_extent_ndims(sp);
+    herr_t e = 0;
+    if (!a->dtype)
+        e = index_error(w, "array %s: not a numeric type", name);
+    else if (nd < 1 || nd > 8) /* checked before the dimensions land in dims[8] */
+        e = index_error(w, "array %s has %d dimensions (1 to 8 are possible)", name, nd);
+    else {
+        hsize_t d[8];
+        H5Sget_simple_extent_dims(sp, d, NULL);
+        a->ndim = nd;
+        uint64_t bytes = mt_dtype_size(a->dtype);
+        for (int i = 0; i < nd; i++) {
+            a->dims[i] = d[i];
+            if (d[i] > INT64_MAX || (d[i] && bytes > UINT64_MAX / 2 / d[i]))
+                e = index_error(w, "array %s: its shape does not fit in memory sizes", name);
+            bytes *= d[i];
+        }
+        /* checkpoints are written whole and uncompressed: a shape the stored bytes do not
+         * hold is a lie (a 2 KB file claiming 2^40 rows), refused before anything reads it */
+        if (!e && H5Dget_storage_size(ds) < bytes)
+            e = index_error(w, "array %s claims %llu bytes but the file holds %llu for it",
+                            name, (unsigned long long)bytes,
+                            (unsigned long long)H5Dget_storage_size(ds));
+    }
+    if (!e && (read_scalar_attr(ds, "layout", H5T_NATIVE_INT, &a->layout) ||
+               (a->layout != 0 && a->layout != 1)))
+        e = index_error(w, "array %s: attribute layout is missing or not 0 or 1", name);
+    if (!e && read_scalar_attr(ds, "crc32", H5T_NATIVE_UINT32, &a->crc))
+        e = index_error(w, "array %s: attribute crc32 is missing or not one number", name);
+    if (!e && H5Aexists(ds, "offsets") > 0) {
+        hid_t at = H5Aopen(ds, "offsets", H5P_DEFAULT), asp = H5Aget_space(at);
         hssize_t n = H5Sget_simple_extent_npoints(asp);
-        if (n > 0 && n <= 1 << 20 && (a->offsets = malloc((size_t)n * sizeof(int64_t)))) {
-            H5Aread(at, H5T_NATIVE_INT64, a->offsets);
+        if (n < 2 || n > 1 << 20 || !(a->offsets = malloc((size_t)n * sizeof(int64_t))) ||
+            H5Aread(at, H5T_NATIVE_INT64, a->offsets) < 0)
+            e = index_error(w, "array %s: attribute offsets is unreadable (%lld values)", name,
+                            (long long)n);
+        else {
             a->noffsets = (int)n;
+            /* each rank's part: from 0, never backwards, ending at the row count */
+            bool ok = a->offsets[0] == 0 && (uint64_t)a->offsets[n - 1] == a->dims[0];
+            for (hssize_t k = 1; k < n && ok; k++)
+                ok = a->offsets[k] >= a->offsets[k - 1];
+            if (!ok)
+                e = index_error(w, "array %s: attribute offsets does not split its %llu rows",
+                                name, (unsigned long long)a->dims[0]);
         }
         H5Sclose(asp);
         H5Aclose(at);
@@ -204,34 +278,48 @@ static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void
     H5Tclose(ft);
     H5Sclose(sp);
     H5Dclose(ds);
-    if (!ok)
+    if (e) {
+        free(a->offsets);
+        a->offsets = NULL;
         return -1;
+    }
     ix->n++;
     return 0;
 }
 
 static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, void *arg)
 {
-    mt__ckpt_index *ix = arg;
+    index_walk *w = arg;
+    mt__ckpt_index *ix = w->ix;
     if (strncmp(name, "meta:", 5))
         return 0;
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    hid_t t = H5Aget_type(a);
+    if (a < 0)
+        return index_error(w, "metadata %s: cannot open", name + 5);
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
     size_t n = H5Tget_size(t);
-    char *v = calloc(n + 1, 1);
+    /* one fixed-length string: what mt__ckpt_set_meta writes, and all the buffer holds */
+    int ok = H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) == 0 &&
+             H5Sget_simple_extent_npoints(sp) == 1 && n > 0 && n <= (16u << 20);
+    char *v = ok ? calloc(n + 1, 1) : NULL;
     char **keys = realloc(ix->meta_keys, (size_t)(ix->nmeta + 1) * sizeof *keys);
     if (keys)
         ix->meta_keys = keys;
     char **vals = realloc(ix->meta_values, (size_t)(ix->nmeta + 1) * sizeof *vals);
     if (vals)
         ix->meta_values = vals;
-    int rc = -1;
-    if (v && keys && vals && H5Aread(a, t, v) >= 0) {
-        ix->meta_keys[ix->nmeta] = strdup(name + 5);
+    herr_t rc = -1;
+    if (!ok)
+        index_error(w, "metadata %s: not one fixed-length string", name + 5);
+    else if (v && keys && vals && H5Aread(a, t, v) >= 0 &&
+             (ix->meta_keys[ix->nmeta] = strdup(name + 5))) {
         ix->meta_values[ix->nmeta++] = v;
         rc = 0;
-    } else
+    } else {
+        index_error(w, "metadata %s: cannot read", name + 5);
         free(v);
+    }
+    H5Sclose(sp);
     H5Tclose(t);
     H5Aclose(a);
     return rc;
@@ -240,16 +328,17 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
 int mt__ckpt_read_index(hid_t f, const char *path, mt__ckpt_index *ix)
 {
     memset(ix, 0, sizeof *ix);
+    index_walk w = {ix, path, MT_OK};
     mt__h5_lock();
     hsize_t idx = 0;
-    herr_t e = H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, list_array, ix);
+    herr_t e = H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, list_array, &w);
     hsize_t aidx = 0;
     if (e >= 0)
-        e = H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_INC, &aidx, list_meta, ix);
+        e = H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_INC, &aidx, list_meta, &w);
     mt__h5_unlock();
     if (e < 0) {
         mt__ckpt_index_free(ix);
-        return mt__error(MT_EFORMAT, "%s: corrupt checkpoint index", path);
+        return w.rc ? w.rc : mt__error(MT_EFORMAT, "%s: corrupt checkpoint index", path);
     }
     return MT_OK;
 }

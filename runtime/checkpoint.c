@@ -89,9 +89,16 @@ void mt_checkpoint_free(mt_checkpoint **cp)
     *cp = NULL;
 }
 
+/* Array and file names become HDF5 dataset names and files in the checkpoint folder:
+ * mt__check_name's rules (no '/', "..", control characters), and no leading '.' (the
+ * run directory's own temporary names). */
 static bool bad_name(const char *name)
 {
-    return !name || !*name || strlen(name) > 200 || strchr(name, '/') || name[0] == '.';
+    char saved[MT__MSG_LEN];
+    snprintf(saved, sizeof saved, "%s", mt_last_error());
+    bool bad = !name || name[0] == '.' || mt__check_name("name", name, 200) != MT_OK;
+    mt__error_set_text(saved);
+    return bad;
 }
 
 int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
@@ -102,7 +109,8 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
                                     "read-only" : "checkpoint is NULL");
     if (bad_name(name))
         return mt__error(MT_EINVAL, "mt_checkpoint_put: bad array name \"%s\" (1 to 200 bytes, "
-                                    "no '/', not starting with '.')", name ? name : "(null)");
+                                    "no '/' or control characters, not starting with '.')",
+                         name ? name : "(null)");
     if (mt_dtype_size(t) == 0)
         return mt__error(MT_EINVAL, "mt_checkpoint_put %s: unknown dtype %d", name, (int)t);
     if (ndim < 1 || ndim > 8 || !dims)
@@ -137,8 +145,10 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
 
 int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value)
 {
-    if (!ck || ck->path || !key || !*key || strlen(key) > 255 || !value)
-        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: bad checkpoint, key or value");
+    if (!ck || ck->path || !value)
+        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: bad checkpoint or value");
+    if (mt__check_text("mt_checkpoint_set_meta: key", key, 255))
+        return MT_EINVAL;
     for (int i = 0; i < ck->nmeta; i++)
         if (!strcmp(ck->meta_keys[i], key)) {
             char *v = mt__strdup(value);
@@ -719,7 +729,11 @@ int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
         a->layout = layout;
         a->crc = (uint32_t)crc;
         a->ndim = (int)json_array_size(dims);
-        for (int d = 0; d < a->ndim && d < 8; d++)
+        if (a->ndim < 1 || a->ndim > 8 || strlen(name) >= sizeof a->name) {
+            rc = mt__error(MT_EFORMAT, "corrupt checkpoint description (array %.64s)", name);
+            break;
+        }
+        for (int d = 0; d < a->ndim; d++)
             a->dims[d] = (uint64_t)json_integer_value(json_array_get(dims, (size_t)d));
         a->noffsets = (int)json_array_size(off);
         if (a->noffsets && (a->offsets = malloc((size_t)a->noffsets * sizeof(int64_t))))
