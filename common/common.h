@@ -103,4 +103,14 @@ int mt__check_name(const char *field, const char *name, size_t max);
 /* The same for text that never becomes a path (metric keys): '/' allowed. */
 int mt__check_text(const char *field, const char *text, size_t max);
 
+/* ------------------------------------------------------------ live handles (live.c)
+ * Handles given out and not yet taken back, by value (the memory behind a pointer is
+ * never read): public entry points check a context, shard, batch or checkpoint is live
+ * before using it, so one kept past fit or freed is MT_EINVAL instead of a use after
+ * free. */
+enum { MT__LIVE_CONTEXT = 1, MT__LIVE_SHARD, MT__LIVE_BATCH, MT__LIVE_CHECKPOINT };
+int mt__live_add(const void *p, int kind);
+void mt__live_remove(const void *p);
+bool mt__live(const void *p, int kind);
+
 #endif

@@ -61,7 +61,22 @@ mt_checkpoint *mt_checkpoint_new(void)
     mt_checkpoint *ck = calloc(1, sizeof *ck);
     if (!ck)
         mt__error(MT_ENOMEM, "out of memory creating a checkpoint");
+    else if (mt__live_add(ck, MT__LIVE_CHECKPOINT)) {
+        free(ck);
+        ck = NULL;
+    }
     return ck;
+}
+
+/* A checkpoint not freed yet (the one mt_get_checkpoint gives ends with its fit). */
+static bool ck_ok(const mt_checkpoint *ck, const char *fn)
+{
+    if (ck && mt__live(ck, MT__LIVE_CHECKPOINT))
+        return true;
+    mt__error(MT_EINVAL, "%s: %s", fn, ck ? "not a live checkpoint (freed already, or the "
+                                            "restored one kept past its fit)"
+                                          : "checkpoint is NULL");
+    return false;
 }
 
 void mt_checkpoint_free(mt_checkpoint **cp)
@@ -69,6 +84,9 @@ void mt_checkpoint_free(mt_checkpoint **cp)
     if (!cp || !*cp)
         return;
     mt_checkpoint *ck = *cp;
+    if (!ck_ok(ck, "mt_checkpoint_free")) /* a second free: nothing to give back */
+        return;
+    mt__live_remove(ck);
     for (int i = 0; i < ck->narrays; i++)
         free(ck->arrays[i].name);
     free(ck->arrays);
@@ -104,9 +122,10 @@ static bool bad_name(const char *name)
 int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
                       const size_t *dims, const void *data, mt_layout layout)
 {
-    if (!ck || ck->path)
-        return mt__error(MT_EINVAL, "mt_checkpoint_put: %s", ck ? "a stored checkpoint is "
-                                    "read-only" : "checkpoint is NULL");
+    if (!ck_ok(ck, "mt_checkpoint_put"))
+        return MT_EINVAL;
+    if (ck->path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_put: a stored checkpoint is read-only");
     if (bad_name(name))
         return mt__error(MT_EINVAL, "mt_checkpoint_put: bad array name \"%s\" (1 to 200 bytes, "
                                     "no '/' or control characters, not starting with '.')",
@@ -145,7 +164,9 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
 
 int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value)
 {
-    if (!ck || ck->path || !value)
+    if (!ck_ok(ck, "mt_checkpoint_set_meta"))
+        return MT_EINVAL;
+    if (ck->path || !value)
         return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: bad checkpoint or value");
     if (mt__check_text("mt_checkpoint_set_meta: key", key, 255))
         return MT_EINVAL;
@@ -179,7 +200,9 @@ int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value
 
 int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path)
 {
-    if (!ck || ck->path || bad_name(name) || !strcmp(name, "checkpoint.h5") || !path)
+    if (!ck_ok(ck, "mt_checkpoint_add_file"))
+        return MT_EINVAL;
+    if (ck->path || bad_name(name) || !strcmp(name, "checkpoint.h5") || !path)
         return mt__error(MT_EINVAL, "mt_checkpoint_add_file: bad checkpoint, name \"%s\" or "
                                     "path", name ? name : "(null)");
     mt__ck_file *f = realloc(ck->files, (size_t)(ck->nfiles + 1) * sizeof *f);
@@ -199,7 +222,7 @@ int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path
 
 const char *mt_checkpoint_get_meta(const mt_checkpoint *ck, const char *key)
 {
-    if (!ck || !key)
+    if (!ck_ok(ck, "mt_checkpoint_get_meta") || !key)
         return NULL;
     for (int i = 0; i < ck->nmeta; i++)
         if (!strcmp(ck->meta_keys[i], key))
@@ -212,7 +235,7 @@ const char *mt_checkpoint_get_meta(const mt_checkpoint *ck, const char *key)
 
 const char *mt_checkpoint_path(const mt_checkpoint *ck)
 {
-    return ck ? ck->path : NULL;
+    return ck_ok(ck, "mt_checkpoint_path") ? ck->path : NULL;
 }
 
 /* ------------------------------------------------------------ commit */
@@ -815,6 +838,8 @@ static void my_rows(const mt_checkpoint *ck, const mt__ckpt_array *a, int rank, 
 
 int mt_checkpoint_dims(const mt_checkpoint *ck, const char *name, int *ndim, size_t dims[8])
 {
+    if (!ck_ok(ck, "mt_checkpoint_dims"))
+        return MT_EINVAL;
     const mt__ckpt_array *a = stored_array(ck, name);
     if (!a)
         return mt__error(MT_ENOTFOUND, "checkpoint %s has no array %s",
@@ -922,6 +947,8 @@ static int get_local(const mt_checkpoint *ck, const mt__ckpt_array *a, mt_dtype 
 int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, void *out,
                       size_t count)
 {
+    if (!ck_ok(ck, "mt_checkpoint_get")) /* a stale one: its context is gone too */
+        return MT_EINVAL;
     int rc = MT_OK;
     const mt__ckpt_array *a = stored_array(ck, name);
     uint64_t start = 0, rows = 0;

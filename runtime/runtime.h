@@ -173,6 +173,11 @@ int mt__spawn(int workers);
 /* Collective over world: a context with a private communicator and the topology. */
 int mt__context_create(mt_context **out, MPI_Comm world);
 void mt__context_destroy(mt_context **c);
+/* mt_trainer_fit is running in this process. */
+bool mt__fit_running(void);
+/* c is a context a fit is running now (contexts end when fit returns); otherwise records
+ * MT_EINVAL naming fn and returns false. Never reads *c unless it is live. */
+bool mt__ctx_ok(const mt_context *c, const char *fn);
 /* Make c the calling thread's current context (NULL to clear). */
 void mt__context_set_current(mt_context *c);
 
