@@ -544,6 +544,35 @@ static void test_names_from_users(void)
     MT_ASSERT_STR_CONTAINS(mt_last_error(), "run.name must not contain '/'");
 }
 
+
+/* After mt_finalize MPI cannot be used again: fit, mt_init and the job queries answer
+ * without calling into MPI (fit aborted inside MPI). Runs last: MPI is gone after it. */
+static int count_calls(mt_context *c, void *arg)
+{
+    (*(int *)arg)++;
+    return MT_OK;
+}
+
+static void test_calls_after_finalize(void)
+{
+    MT_ASSERT_INT_EQ(mt_init(NULL, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_job_size(), 1);
+    MT_ASSERT_INT_EQ(mt_finalize(), MT_OK);
+    int calls = 0;
+    mt_trainer *t = NULL;
+    MT_ASSERT_INT_EQ(mt_trainer_create(&t, count_calls, &calls, NULL), MT_OK);
+    mt_result *r = NULL;
+    MT_ASSERT_INT_EQ(mt_trainer_fit(t, &r), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "MPI was finalised");
+    CU_ASSERT_PTR_NULL(r);
+    MT_ASSERT_INT_EQ(calls, 0);
+    mt_trainer_destroy(&t);
+    MT_ASSERT_INT_EQ(mt_init(NULL, NULL), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "finalised already");
+    MT_ASSERT_INT_EQ(mt_job_rank(), 0);
+    MT_ASSERT_INT_EQ(mt_job_size(), 1);
+}
+
 static const mt_test tests[] = {
     {"format_doubles", test_format_doubles},
     {"metrics", test_metrics},
@@ -561,6 +590,7 @@ static const mt_test tests[] = {
     {"strict_numbers", test_strict_numbers},
     {"env_knobs_strict", test_env_knobs_strict},
     {"names_from_users", test_names_from_users},
+    {"calls_after_finalize", test_calls_after_finalize}, /* last: MPI is gone after it */
     {NULL, NULL},
 };
 
