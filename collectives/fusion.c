@@ -399,11 +399,23 @@ fail:
     return rc;
 }
 
+void mt__fusion_orphan(mt_fusion *f)
+{
+    f->comm = NULL;
+}
+
+/* A fusion whose context ended (kept past fit) cannot reach its ranks any more. */
+#define NEED_COMM(f, fn)                                                      \
+    if (!(f)->comm)                                                           \
+        return mt__error(MT_EINVAL, fn ": the fusion's context ended with its fit (create a "\
+                                       "fusion inside each fit)");
+
 void mt_fusion_destroy(mt_fusion **fp)
 {
     if (!fp || !*fp)
         return;
     mt_fusion *f = *fp;
+    mt__live_remove(f);
     if (f->threaded) {
         pthread_mutex_lock(&f->lock); /* a step left without its wait: finish what was taken */
         f->closing = true;
@@ -450,6 +462,7 @@ int mt_fusion_add(mt_fusion *f, float *tensor_ptr, size_t count)
 {
     if (!f)
         return mt__error(MT_EINVAL, "mt_fusion_add: fusion is NULL");
+    NEED_COMM(f, "mt_fusion_add");
     if (f->checked)
         return mt__error(MT_EINVAL, "mt_fusion_add: tensors must be added before the first "
                                     "mt_fusion_ready or mt_fusion_wait");
@@ -520,6 +533,7 @@ int mt_fusion_ready(mt_fusion *f, int index)
 {
     if (!f)
         return mt__error(MT_EINVAL, "mt_fusion_ready: fusion is NULL");
+    NEED_COMM(f, "mt_fusion_ready");
     int rc = f->checked ? MT_OK : check_registration(f);
     if (rc)
         return rc;
@@ -550,6 +564,7 @@ int mt_fusion_wait(mt_fusion *f)
 {
     if (!f)
         return mt__error(MT_EINVAL, "mt_fusion_wait: fusion is NULL");
+    NEED_COMM(f, "mt_fusion_wait");
     int rc = f->checked ? MT_OK : check_registration(f);
     if (rc)
         return rc;

@@ -108,7 +108,8 @@ int mt__check_text(const char *field, const char *text, size_t max);
  * never read): public entry points check a context, shard, batch or checkpoint is live
  * before using it, so one kept past fit or freed is MT_EINVAL instead of a use after
  * free. */
-enum { MT__LIVE_CONTEXT = 1, MT__LIVE_SHARD, MT__LIVE_BATCH, MT__LIVE_CHECKPOINT };
+enum { MT__LIVE_CONTEXT = 1, MT__LIVE_SHARD, MT__LIVE_BATCH, MT__LIVE_CHECKPOINT,
+       MT__LIVE_FUSION };
 int mt__live_add(const void *p, int kind);
 void mt__live_remove(const void *p);
 bool mt__live(const void *p, int kind);

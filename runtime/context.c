@@ -184,6 +184,12 @@ void mt__context_destroy(mt_context **cp)
     mt__live_remove(c); /* from now on the public calls refuse it */
     if (current == c)
         current = NULL;
+    for (int i = 0; i < c->nfusions; i++) /* the ones the program still holds */
+        if (mt__live(c->fusions[i], MT__LIVE_FUSION)) {
+            mt__fusion_orphan(c->fusions[i]);
+            mt__live_remove(c->fusions[i]);
+        }
+    free(c->fusions);
     mt__shards_close(c);
     mt__checkpoint_release(c);
     mt__comm_destroy(&c->comm);
@@ -260,5 +266,14 @@ int mt_barrier(mt_context *c)
 int mt_fusion_create(mt_context *c, size_t bucket_bytes, mt_fusion **out)
 {
     NEED_CTX("mt_fusion_create");
-    return mt__fusion_create(c->comm, bucket_bytes, out);
+    mt_fusion **grown = realloc(c->fusions, (size_t)(c->nfusions + 1) * sizeof *grown);
+    if (!grown)
+        return mt__error(MT_ENOMEM, "out of memory creating a fusion");
+    c->fusions = grown;
+    int rc = mt__fusion_create(c->comm, bucket_bytes, out);
+    if (!rc && (rc = mt__live_add(*out, MT__LIVE_FUSION)))
+        mt_fusion_destroy(out);
+    if (!rc)
+        c->fusions[c->nfusions++] = *out;
+    return rc;
 }

@@ -162,6 +162,8 @@ struct mt_context {
     bool stopped_after_ckpt;
     mt_checkpoint *restored;       /* the checkpoint this attempt resumed from */
     mt_metrics *last_metrics;      /* rank 0's last report, with automatic keys (rank 0) */
+    mt_fusion **fusions;           /* made on this context: orphaned when it ends */
+    int nfusions;
 };
 
 /* The job's world: MPI_COMM_WORLD, or parent and children merged in spawn mode. */

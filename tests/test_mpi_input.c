@@ -353,6 +353,8 @@ typedef struct {
     mt_shard *shard;
     const mt_batch *batch;
     const mt_checkpoint *restored;
+    mt_fusion *fusion;
+    float grad[4];
     int calls;
     int nested_rc, finalize_rc;
     char nested_msg[256];
@@ -389,6 +391,12 @@ static int keeps_things(mt_context *c, void *varg)
         return rc ? rc : MT_EIO;
     }
     a->restored = mt_get_checkpoint(c);
+    if (!a->fusion && mt_fusion_create(c, 0, &a->fusion) == MT_OK) { /* kept past fit */
+        mt_fusion_add(a->fusion, a->grad, 4);
+        mt_fusion_ready(a->fusion, 0);
+        if ((rc = mt_fusion_wait(a->fusion)))
+            return rc;
+    }
     /* fit from inside the training function: refused, the function is not run again */
     a->nested_rc = mt_trainer_fit(a->self, NULL);
     snprintf(a->nested_msg, sizeof a->nested_msg, "%s", mt_last_error());
@@ -444,6 +452,12 @@ static void test_misuse_after_and_inside_fit(void)
     MT_ASSERT_INT_EQ(mt_checkpoint_get(a.restored, "v", MT_I32, &v, 1), MT_EINVAL);
     MT_ASSERT_STR_CONTAINS(mt_last_error(), "not a live checkpoint");
     CU_ASSERT_PTR_NULL(mt_checkpoint_path(a.restored));
+    MT_ASSERT_INT_EQ(mt_fusion_ready(a.fusion, 0), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_fusion_wait(a.fusion), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "the fusion's context ended with its fit");
+    MT_ASSERT_INT_EQ(mt_fusion_add(a.fusion, a.grad, 4), MT_EINVAL);
+    mt_fusion_destroy(&a.fusion); /* still the program's to free */
+    CU_ASSERT_PTR_NULL(a.fusion);
     /* the trainer survived its refused destroy and can run again */
     CU_ASSERT_PTR_NOT_NULL_FATAL(a.self);
     mt_trainer_destroy(&a.self);
