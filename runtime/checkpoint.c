@@ -139,7 +139,9 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
         return mt__error(MT_EINVAL, "mt_checkpoint_put %s: unknown layout %d", name, (int)layout);
     size_t n = 1;
     for (int i = 0; i < ndim; i++)
-        n *= dims[i];
+        if (__builtin_mul_overflow(n, dims[i], &n) || n > SIZE_MAX / mt_dtype_size(t))
+            return mt__error(MT_EINVAL, "mt_checkpoint_put %s: the shape's bytes do not fit "
+                                        "in memory sizes (dimension %d)", name, i);
     if (n > 0 && !data)
         return mt__error(MT_EINVAL, "mt_checkpoint_put %s: data is NULL", name);
     for (int i = 0; i < ck->narrays; i++)

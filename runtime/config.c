@@ -115,7 +115,8 @@ int mt_config_validate(const mt_trainer_config *in)
                 cfg.scaling.cpus_per_worker);
     if (cfg.run.name)
         listed(&n, mt__check_name("run.name", cfg.run.name, MT__NAME_MAX));
-    listed(&n, mt__check_text("run.storage_path", cfg.run.storage_path, 3800));
+    /* room under PATH_MAX for <name>/.checkpoint_NNNNNN.tmp/rankN/<file name> */
+    listed(&n, mt__check_text("run.storage_path", cfg.run.storage_path, MT__DIR_MAX));
     if (cfg.run.verbose < MT_VERBOSE_SILENT || cfg.run.verbose > 2)
         problem(&n, "run.verbose must be -1 (silent), 0 (default), 1 or 2 (got %d)",
                 cfg.run.verbose);

@@ -13,6 +13,10 @@
 #include <signal.h>
 
 #define MT__NAME_MAX 200
+/* Longest storage path or run directory: every path made under it (checkpoint folders,
+ * rank folders, file names of MT__NAME_MAX bytes) stays under PATH_MAX, so no snprintf'd
+ * path is ever cut short into a different one. */
+#define MT__DIR_MAX 3500
 
 typedef struct {
     char *name, *file, *group;

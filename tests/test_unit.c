@@ -545,6 +545,38 @@ static void test_names_from_users(void)
 }
 
 
+
+/* Sizes a caller gives that would overflow: a checkpoint shape whose bytes wrap size_t, a
+ * storage path so long that paths under it would be cut short into other paths. */
+static void test_sizes_that_overflow(void)
+{
+    mt_checkpoint *ck = mt_checkpoint_new();
+    float x[4] = {0};
+    size_t dims[3] = {(size_t)1 << 33, (size_t)1 << 33, 4};
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "x", MT_F32, 3, dims, x, MT_REPLICATED), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "the shape's bytes do not fit");
+    size_t wrap[2] = {(size_t)1 << 62, 4}; /* 2^64 elements: wraps to 0 */
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "y", MT_U8, 2, wrap, NULL, MT_REPLICATED), MT_EINVAL);
+    size_t ok[1] = {4};
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "x", MT_F32, 1, ok, x, MT_REPLICATED), MT_OK);
+    char bad_name[] = "a\nb";
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, bad_name, MT_F32, 1, ok, x, MT_REPLICATED), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_checkpoint_set_meta(ck, "k\x1b[2J", "v"), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "control characters");
+    mt_checkpoint_free(&ck);
+    char *longpath = malloc(4000);
+    memset(longpath, 'p', 3999);
+    longpath[0] = '/';
+    longpath[3999] = '\0';
+    mt_trainer_config cfg = {.run = {.name = "x", .storage_path = longpath}};
+    MT_ASSERT_INT_EQ(mt_config_validate(&cfg), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "run.storage_path must be at most 3500 bytes");
+    mt_result *r = NULL;
+    MT_ASSERT_INT_EQ(mt_result_load(longpath, &r), MT_EINVAL);
+    CU_ASSERT_PTR_NULL(r);
+    free(longpath);
+}
+
 /* After mt_finalize MPI cannot be used again: fit, mt_init and the job queries answer
  * without calling into MPI (fit aborted inside MPI). Runs last: MPI is gone after it. */
 static int count_calls(mt_context *c, void *arg)
@@ -590,6 +622,7 @@ static const mt_test tests[] = {
     {"strict_numbers", test_strict_numbers},
     {"env_knobs_strict", test_env_knobs_strict},
     {"names_from_users", test_names_from_users},
+    {"sizes_that_overflow", test_sizes_that_overflow},
     {"calls_after_finalize", test_calls_after_finalize}, /* last: MPI is gone after it */
     {NULL, NULL},
 };
