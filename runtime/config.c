@@ -99,6 +99,8 @@ static void check_seconds(problems *n, const char *field, double v)
 {
     if (!isfinite(v) || v < 0)
         problem(n, "%s must be a finite number of seconds >= 0 (got %g)", field, v);
+    else if (v > 1e9) /* past this, conversions to clock ticks overflow */
+        problem(n, "%s must be at most 1e9 seconds (got %g)", field, v);
 }
 
 int mt_config_validate(const mt_trainer_config *in)

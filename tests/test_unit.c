@@ -116,6 +116,7 @@ static void test_config_validate_single_fields(void)
         {{.run.failure.stall_warn_s = -1}, "run.failure.stall_warn_s must be a finite number of seconds >= 0 (got -1)"},
         {{.run.failure.stall_timeout_s = 1.0 / 0.0}, "run.failure.stall_timeout_s must be a finite"},
         {{.run.verbose = -2}, "run.verbose must be"},
+        {{.run.failure = {.stall_warn_s = 1e300, .stall_timeout_s = 1e300}}, "run.failure.stall_warn_s must be at most 1e9 seconds (got 1e+300)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         MT_ASSERT_INT_EQ(mt_config_validate(&cases[i].cfg), MT_EINVAL);
