@@ -636,13 +636,30 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
 
 /* ------------------------------------------------------------ stored checkpoints */
 
+/* A stored checkpoint is a real folder of the run holding a regular checkpoint.h5: a
+ * symbolic link (to anywhere outside the run) is not followed. */
+static int stored_files_ok(const char *dir, const char *h5)
+{
+    struct stat st;
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return mt__error(MT_EFORMAT, "%s: not a checkpoint folder (missing, or a symbolic "
+                                     "link, which is not followed)", dir);
+    if (lstat(h5, &st) != 0 || !S_ISREG(st.st_mode))
+        return mt__error(MT_EFORMAT, "%s: not a regular file (missing, or a symbolic link, "
+                                     "which is not followed)", h5);
+    return MT_OK;
+}
+
 /* Rank 0: read every array and compare its checksum. */
 static int verify(const char *dir, mt__ckpt_index *ix)
 {
     char h5[4200];
     snprintf(h5, sizeof h5, "%s/checkpoint.h5", dir);
     hid_t f;
-    int rc = mt__ckpt_open(h5, &f);
+    int rc = stored_files_ok(dir, h5);
+    if (rc)
+        return rc;
+    rc = mt__ckpt_open(h5, &f);
     if (rc)
         return rc;
     rc = mt__ckpt_read_index(f, h5, ix);
@@ -798,7 +815,9 @@ int mt__checkpoint_open_stored(const char *path, mt_checkpoint **out)
     char h5[4200];
     snprintf(h5, sizeof h5, "%s/checkpoint.h5", path);
     hid_t f;
-    int rc = mt__ckpt_open(h5, &f);
+    int rc = stored_files_ok(path, h5);
+    if (!rc)
+        rc = mt__ckpt_open(h5, &f);
     if (rc)
         return rc;
     mt_checkpoint *ck = mt_checkpoint_new();

@@ -48,7 +48,10 @@ int mt__fsync_dir(const char *path)
 
 int mt__rmtree(const char *path)
 {
-    DIR *d = opendir(path);
+    /* a symbolic link is removed, never followed: a link in a run directory must not
+     * take the files it points at with it */
+    struct stat top;
+    DIR *d = lstat(path, &top) == 0 && S_ISDIR(top.st_mode) ? opendir(path) : NULL;
     if (!d)
         return unlink(path) == 0 || errno == ENOENT ? MT_OK
                                                     : mt__error(MT_EIO, "cannot remove %s", path);

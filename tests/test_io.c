@@ -509,6 +509,19 @@ static void test_run_json_names(void)
         mt__run_free(&rd);
     }
     CU_ASSERT(access(marker, R_OK) == 0);
+    /* a checkpoint folder that is a symbolic link out of the run: not followed when
+     * listed, and removing it (retention, leftovers) removes the link only */
+    char run[400], link[500];
+    snprintf(run, sizeof run, "%s/linkrun", dir);
+    mkdir(run, 0755);
+    snprintf(link, sizeof link, "%s/checkpoint_000000", run);
+    CU_ASSERT(symlink(victim, link) == 0);
+    mt_checkpoint *stored = NULL;
+    MT_ASSERT_INT_EQ(mt__checkpoint_open_stored(link, &stored), MT_EFORMAT);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "a symbolic link, which is not followed");
+    MT_ASSERT_INT_EQ(mt__rmtree(link), MT_OK);
+    CU_ASSERT(access(link, F_OK) != 0);
+    CU_ASSERT(access(marker, R_OK) == 0);
 }
 
 static void make_dir(void)
