@@ -85,6 +85,10 @@ printf 'a,b,label\n1,2,0\n1e300,2,1\n' >"$store/big.csv"
 expect_fail "a CSV value of 1e300 (stored as f32) is refused naming line and column" 1 \
     "big.csv: line 3, column 1 (a): '1e300' is outside the float32 range" \
     "$b/tools/mpitrain-import" csv --input "$store/big.csv" --label label --output "$store/big.h5"
+long=$(head -c 4100 /dev/zero | tr '\0' a)
+expect_fail "mpitrain-import fashion-mnist --dir of 4100 bytes is refused, not cut short" 2 \
+    "--dir: the path is too long" "$b/tools/mpitrain-import" fashion-mnist --dir "$long" \
+    --output "$store/long.h5"
 if [ -e "$store/lie.h5" ] || [ -e "$store/zero.h5" ] || [ -e "$store/big.h5" ]; then
     bad "a refused import wrote its output"
 else ok "refused imports wrote nothing"; fi
