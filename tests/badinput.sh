@@ -89,6 +89,8 @@ long=$(head -c 4100 /dev/zero | tr '\0' a)
 expect_fail "mpitrain-import fashion-mnist --dir of 4100 bytes is refused, not cut short" 2 \
     "--dir: the path is too long" "$b/tools/mpitrain-import" fashion-mnist --dir "$long" \
     --output "$store/long.h5"
+MT_DATA_DIR="$store/$long" expect_fail "trainer: MT_DATA_DIR too long for a path is refused" 1 \
+    "MT_DATA_DIR is too long for a path" "$t" --name longdata
 if [ -e "$store/lie.h5" ] || [ -e "$store/zero.h5" ] || [ -e "$store/big.h5" ]; then
     bad "a refused import wrote its output"
 else ok "refused imports wrote nothing"; fi

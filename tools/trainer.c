@@ -320,10 +320,14 @@ static int default_data(char *path, size_t len, int rank)
 {
     const char *dir = getenv("MT_DATA_DIR"), *home = getenv("HOME");
     char d[3072];
-    if (dir && *dir)
-        snprintf(d, sizeof d, "%s", dir);
-    else
-        snprintf(d, sizeof d, "%s/.cache/mpitrain", home && *home ? home : "/tmp");
+    int n = dir && *dir ? snprintf(d, sizeof d, "%s", dir)
+                        : snprintf(d, sizeof d, "%s/.cache/mpitrain", home && *home ? home : "/tmp");
+    if (n < 0 || (size_t)n >= sizeof d) { /* cut short it would be another folder */
+        if (rank == 0)
+            fprintf(stderr, "trainer: %s is too long for a path (%d bytes)\n",
+                    dir && *dir ? "MT_DATA_DIR" : "HOME", n);
+        return MT_EINVAL;
+    }
     snprintf(path, len, "%s/fashion-mnist.h5", d);
     int rc = MT_OK;
     if (rank == 0 && access(path, R_OK) != 0) {
