@@ -301,6 +301,12 @@ static int report_once(mt_context *c, void *arg)
     return rc;
 }
 
+static int report_once_counted(mt_context *c, void *arg)
+{
+    (*(int *)arg)++;
+    return report_once(c, NULL);
+}
+
 /* A run.json naming "../victim" as a checkpoint (a resume point, or a folder retention
  * would delete): every rank gets MT_EFORMAT naming run.json before training, and the
  * folder outside the run is untouched. */
@@ -343,6 +349,95 @@ static void test_run_json_outside_names(void)
         if (mt_test_rank() == 0)
             CU_ASSERT(access(keep, R_OK) == 0);
     }
+}
+
+
+
+/* Resume from a checkpoint.h5 whose array has 32 dimensions (it overflowed dims[8] on
+ * rank 0): the checkpoint is skipped with a warning naming the file and array, and the
+ * run starts from the beginning on every rank. */
+typedef struct {
+    int attempt_seen;
+    bool restored;
+} resume_arg;
+
+static int fail_after_checkpoint(mt_context *c, void *varg)
+{
+    resume_arg *a = varg;
+    a->attempt_seen = mt_attempt(c);
+    a->restored = mt_get_checkpoint(c) != NULL;
+    if (mt_attempt(c) > 0) /* the second start completes, restored or not */
+        return MT_OK;
+    mt_checkpoint *ck = mt_checkpoint_new();
+    int v = 1;
+    mt_checkpoint_put(ck, "v", MT_I32, 1, (size_t[]){1}, &v, MT_REPLICATED);
+    mt_metrics *m = mt_metrics_new();
+    mt_metrics_set_i64(m, "i", 0);
+    int rc = mt_report(c, m, ck);
+    mt_metrics_free(&m);
+    mt_checkpoint_free(&ck);
+    return rc ? rc : MT_EIO;
+}
+
+static void test_resume_from_deep_checkpoint(void)
+{
+    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .name = "deepck",
+                                     .verbose = MT_VERBOSE_SILENT}};
+    resume_arg a = {0};
+    mt_trainer *t = NULL;
+    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fail_after_checkpoint, &a, &cfg), MT_OK);
+    MT_ASSERT_INT_EQ(mt_trainer_fit(t, NULL), MT_EIO);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_test_rank() == 0) { /* the same file, plus a 32-dimensional array */
+        char h5[600];
+        snprintf(h5, sizeof h5, "%s/deepck/checkpoint_000000/checkpoint.h5", mt_test_storage());
+        hid_t f = H5Fopen(h5, H5F_ACC_RDWR, H5P_DEFAULT);
+        CU_ASSERT(f >= 0);
+        hsize_t dims[32];
+        for (int d = 0; d < 32; d++)
+            dims[d] = 1;
+        hid_t sp = H5Screate_simple(32, dims, NULL);
+        hid_t ds = H5Dcreate2(f, "deep", H5T_NATIVE_UINT8, sp, H5P_DEFAULT, H5P_DEFAULT,
+                              H5P_DEFAULT);
+        unsigned char one = 1;
+        H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, &one);
+        H5Dclose(ds);
+        H5Sclose(sp);
+        H5Fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    a = (resume_arg){0};
+    MT_ASSERT_INT_EQ(mt_trainer_fit(t, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(a.attempt_seen, 1);
+    CU_ASSERT(!a.restored); /* skipped, not restored */
+    mt_trainer_destroy(&t);
+    /* mt_result_load lists it without its arrays, and does not crash */
+    char run[600];
+    snprintf(run, sizeof run, "%s/deepck", mt_test_storage());
+    mt_result *r = NULL;
+    MT_ASSERT_INT_EQ(mt_result_load(run, &r), MT_OK);
+    mt_result_free(&r);
+}
+
+/* ------------------------------------------------------------ one rank's bad input */
+
+/* A bad environment knob on the last rank only: every rank leaves fit with the same
+ * error before training, naming that rank and the variable. */
+static void test_bad_env_on_one_rank(void)
+{
+    int last = mt_test_size() - 1;
+    if (mt_test_rank() == last)
+        setenv("MT_IO_READAHEAD", "yes", 1);
+    char err[1024];
+    int calls = 0;
+    int rc = fit_one("envrank", report_once_counted, &calls, NULL, (mt_data_config){0}, 0,
+                     MT_VERBOSE_SILENT, err, sizeof err);
+    unsetenv("MT_IO_READAHEAD");
+    MT_ASSERT_INT_EQ(rc, MT_EINVAL);
+    char want[128];
+    snprintf(want, sizeof want, "rank %d failed: MT_IO_READAHEAD: 'yes' is not 0 or 1", last);
+    MT_ASSERT_STR_CONTAINS(err, want);
+    MT_ASSERT_INT_EQ(calls, 0);
 }
 
 /* ------------------------------------------------------------ API misuse */
@@ -470,6 +565,8 @@ static const mt_test tests[] = {
     {"columns_beyond_limits", test_columns_beyond_limits},
     {"long_column_names", test_long_column_names},
     {"run_json_outside_names", test_run_json_outside_names},
+    {"resume_from_deep_checkpoint", test_resume_from_deep_checkpoint},
+    {"bad_env_on_one_rank", test_bad_env_on_one_rank},
     {"misuse_after_and_inside_fit", test_misuse_after_and_inside_fit},
     {NULL, NULL},
 };
