@@ -129,7 +129,7 @@ int mt_config_validate(const mt_trainer_config *in)
         problem(&n, "run.checkpoint.score_attribute must not be empty (use NULL for none)");
     else if (ck->score_attribute)
         listed(&n, mt__check_text("run.checkpoint.score_attribute", ck->score_attribute,
-                                  MT__NAME_MAX));
+                                  255)); /* a metric key's bound */
     if (ck->score_order != MT_ORDER_MAX && ck->score_order != MT_ORDER_MIN)
         problem(&n, "run.checkpoint.score_order must be MT_ORDER_MAX or MT_ORDER_MIN (got %d)",
                 (int)ck->score_order);

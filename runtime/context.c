@@ -158,8 +158,6 @@ int mt__context_create(mt_context **out, MPI_Comm world)
     *out = NULL;
     mt_context *c = calloc(1, sizeof *c);
     MT__CHECK(c, MT_ENOMEM, fail, "out of memory allocating a context");
-    if ((rc = mt__live_add(c, MT__LIVE_CONTEXT)))
-        goto fail;
     rc = mt__comm_create(&c->comm, world);
     if (rc)
         goto fail;
@@ -169,6 +167,8 @@ int mt__context_create(mt_context **out, MPI_Comm world)
     if (rc)
         goto fail;
     c->num_cpus = mt__affinity_cpus(NULL, 0);
+    if ((rc = mt__live_add(c, MT__LIVE_CONTEXT))) /* after the collectives: local */
+        goto fail;
     *out = c;
     return MT_OK;
 fail:
