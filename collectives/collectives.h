@@ -130,6 +130,9 @@ int mt__stream_recv(mt__comm *c, int from, size_t len, void *buf, size_t chunk,
 
 /* Gradient fusion (the rest of its API is public). */
 int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out);
+/* The communicator f was made on is gone (its fit returned): from now on f's calls are
+ * MT_EINVAL; mt_fusion_destroy still frees it. */
+void mt__fusion_orphan(mt_fusion *f);
 /* Test hooks: split bucket reductions into chunks of n floats; count buckets. */
 void mt__fusion_set_chunk(size_t n);
 int mt__fusion_buckets(const mt_fusion *f);

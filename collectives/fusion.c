@@ -358,12 +358,11 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
     *out = NULL;
     if (bucket_bytes == 0) {
         const char *env = getenv("MT_FUSION_BYTES");
-        char *end = NULL;
-        unsigned long long v = env ? strtoull(env, &end, 10) : 0;
-        if (env && (!*env || *end || v == 0))
+        uint64_t v = (uint64_t)25 << 20;
+        if (env && mt__parse_u64("MT_FUSION_BYTES", env, 1, (uint64_t)1 << 34, &v))
             return mt__error(MT_EINVAL, "MT_FUSION_BYTES must be a positive number of bytes "
-                                        "(got '%s')", env);
-        bucket_bytes = v ? (size_t)v : (size_t)25 << 20;
+                                        "(got '%s'): %s", env, mt_last_error());
+        bucket_bytes = (size_t)v;
     }
     mt_fusion *f = calloc(1, sizeof *f);
     MT__CHECK(f, MT_ENOMEM, fail, "out of memory creating a fusion");
@@ -374,8 +373,7 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
     pthread_cond_init(&f->cond, NULL);
     f->node = MPI_COMM_NULL;
     MT__MPI(MPI_Comm_dup(c->comm, &f->data), fail);
-    const char *shm_env = getenv("MT_FUSION_SHM");
-    if (c->size > 1 && !(shm_env && !strcmp(shm_env, "0"))) {
+    if (c->size > 1 && mt__env_knob_bool("MT_FUSION_SHM", true)) {
         int nsize = 0;
         MT__MPI(MPI_Comm_split_type(f->data, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &f->node),
                 fail);
@@ -401,11 +399,23 @@ fail:
     return rc;
 }
 
+void mt__fusion_orphan(mt_fusion *f)
+{
+    f->comm = NULL;
+}
+
+/* A fusion whose context ended (kept past fit) cannot reach its ranks any more. */
+#define NEED_COMM(f, fn)                                                      \
+    if (!(f)->comm)                                                           \
+        return mt__error(MT_EINVAL, fn ": the fusion's context ended with its fit (create a "\
+                                       "fusion inside each fit)");
+
 void mt_fusion_destroy(mt_fusion **fp)
 {
     if (!fp || !*fp)
         return;
     mt_fusion *f = *fp;
+    mt__live_remove(f);
     if (f->threaded) {
         pthread_mutex_lock(&f->lock); /* a step left without its wait: finish what was taken */
         f->closing = true;
@@ -452,6 +462,7 @@ int mt_fusion_add(mt_fusion *f, float *tensor_ptr, size_t count)
 {
     if (!f)
         return mt__error(MT_EINVAL, "mt_fusion_add: fusion is NULL");
+    NEED_COMM(f, "mt_fusion_add");
     if (f->checked)
         return mt__error(MT_EINVAL, "mt_fusion_add: tensors must be added before the first "
                                     "mt_fusion_ready or mt_fusion_wait");
@@ -522,6 +533,7 @@ int mt_fusion_ready(mt_fusion *f, int index)
 {
     if (!f)
         return mt__error(MT_EINVAL, "mt_fusion_ready: fusion is NULL");
+    NEED_COMM(f, "mt_fusion_ready");
     int rc = f->checked ? MT_OK : check_registration(f);
     if (rc)
         return rc;
@@ -552,6 +564,7 @@ int mt_fusion_wait(mt_fusion *f)
 {
     if (!f)
         return mt__error(MT_EINVAL, "mt_fusion_wait: fusion is NULL");
+    NEED_COMM(f, "mt_fusion_wait");
     int rc = f->checked ? MT_OK : check_registration(f);
     if (rc)
         return rc;

@@ -18,7 +18,14 @@ static int leader_by_key(mt__comm *c, int *leader)
     int rc = MT_OK;
     char mine[KEY_LEN] = {0};
     const char *env = getenv("MT_NODE_KEY");
-    if (env && *env)
+    size_t klen = env ? strlen(env) : 0;
+    if (klen >= KEY_LEN) { /* a key longer than the slot: a prefix and a hash of the whole,
+                             so two keys that differ only past the slot stay different */
+        uint64_t h = 1469598103934665603ULL;
+        for (size_t i = 0; i < klen; i++)
+            h = (h ^ (unsigned char)env[i]) * 1099511628211ULL;
+        snprintf(mine, sizeof mine, "%.200s#%016llx", env, (unsigned long long)h);
+    } else if (klen)
         snprintf(mine, sizeof mine, "%s", env);
     else {
         int len = 0;

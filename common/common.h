@@ -63,4 +63,55 @@ int mt__fmt_double(char out[32], double x);
 /* Wall-clock seconds (monotonic). */
 double mt__now(void);
 
+/* ------------------------------------------------------------ input from outside
+ * (parse.c) Every number from a flag, the environment or a file: the whole string in
+ * base 10 (no blanks, no '+', no "0x"; '-' only for signed), inside [min, max]; else
+ * MT_EINVAL naming `what` (the flag or variable) and the text. *out changes only on
+ * success. */
+int mt__parse_i64(const char *what, const char *s, int64_t min, int64_t max, int64_t *out);
+int mt__parse_u64(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int mt__parse_int(const char *what, const char *s, int min, int max, int *out);
+int mt__parse_size(const char *what, const char *s, size_t min, size_t max, size_t *out);
+int mt__parse_f64(const char *what, const char *s, double min, double max, double *out);
+/* The environment variable `var`: unset or empty leaves *out (the default) and is MT_OK;
+ * a value that does not parse is MT_EINVAL naming the variable, never ignored. */
+int mt__env_i64(const char *var, int64_t min, int64_t max, int64_t *out);
+int mt__env_u64(const char *var, uint64_t min, uint64_t max, uint64_t *out);
+int mt__env_f64(const char *var, double min, double max, double *out);
+int mt__env_bool(const char *var, bool *out); /* "0" or "1" */
+
+/* The environment knobs (MT_CHECKPOINT_BUFFER, MT_FUSION_BYTES, ...): one table of names
+ * and bounds. mt__env_validate (runtime, at the start of fit) refuses bad values with
+ * one error listing them; where a knob is used, mt__env_knob_* gives its value, or the
+ * default when unset or bad. */
+enum { MT__KNOB_BYTES = 1, MT__KNOB_BOOL, MT__KNOB_SECONDS };
+typedef struct {
+    const char *name;
+    int kind;
+    uint64_t min, max;
+} mt__env_knob;
+extern const mt__env_knob mt__env_knobs[]; /* ends with a NULL name */
+uint64_t mt__env_knob_u64(const char *name, uint64_t dflt);
+double mt__env_knob_f64(const char *name, double dflt);
+bool mt__env_knob_bool(const char *name, bool dflt);
+
+/* A name that becomes a path component or a key (run name, checkpoint array or file
+ * name, metric or metadata key): 1 to max bytes, not "." or "..", no '/', no control
+ * characters (newlines, tabs, escapes). MT_EINVAL naming `field` otherwise. Used on input
+ * and again on names read back from files. */
+int mt__check_name(const char *field, const char *name, size_t max);
+/* The same for text that never becomes a path (metric keys): '/' allowed. */
+int mt__check_text(const char *field, const char *text, size_t max);
+
+/* ------------------------------------------------------------ live handles (live.c)
+ * Handles given out and not yet taken back, by value (the memory behind a pointer is
+ * never read): public entry points check a context, shard, batch or checkpoint is live
+ * before using it, so one kept past fit or freed is MT_EINVAL instead of a use after
+ * free. */
+enum { MT__LIVE_CONTEXT = 1, MT__LIVE_SHARD, MT__LIVE_BATCH, MT__LIVE_CHECKPOINT,
+       MT__LIVE_FUSION };
+int mt__live_add(const void *p, int kind);
+void mt__live_remove(const void *p);
+bool mt__live(const void *p, int kind);
+
 #endif

@@ -197,8 +197,13 @@ MT_EXTERN int mt_job_size(void);
 MT_EXTERN int mt_trainer_create(mt_trainer **out, mt_train_fn fn, void *arg,
                                 const mt_trainer_config *cfg);
 /* Collective. Validates the config on every rank, runs fn on every rank with its context,
- * and gives every rank the same result (owned by the caller). */
+ * and gives every rank the same result (owned by the caller). One fit at a time: called
+ * while a fit runs (from the training function), before mt_init or after mt_finalize, it
+ * is MT_EINVAL and runs nothing. The context, its shards and batches, fusions made on it
+ * and the checkpoint mt_get_checkpoint gives end when fit returns: a call with one kept
+ * past fit is MT_EINVAL (or 0/NULL for getters), never a use of freed memory. */
 MT_EXTERN int mt_trainer_fit(mt_trainer *t, mt_result **out);
+/* Refused (the trainer is kept, mt_last_error says why) while the trainer's fit runs. */
 MT_EXTERN void mt_trainer_destroy(mt_trainer **t);
 
 /* ---------------------------------------------------------------- context */

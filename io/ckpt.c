@@ -142,6 +142,11 @@ int mt__ckpt_rows(hid_t ds, mt_dtype t, uint64_t row, uint64_t nrows, void *data
     mt__h5_lock();
     hid_t fs = H5Dget_space(ds);
     int nd = H5Sget_simple_extent_ndims(fs);
+    if (nd < 1 || nd > 8) { /* the index refused such an array; never fill dims[8] */
+        H5Sclose(fs);
+        mt__h5_unlock();
+        return mt__error(MT_EFORMAT, "checkpoint: an array has %d dimensions (1 to 8)", nd);
+    }
     hsize_t dims[8], start[8] = {0}, count[8];
     H5Sget_simple_extent_dims(fs, dims, NULL);
     start[0] = row;
@@ -312,10 +317,37 @@ static bool plausible(const mt__ckpt_array *a, char *why, size_t n)
     return true;
 }
 
+/* A one-element numeric attribute into *out (mem: its native type); -1 otherwise (a
+ * many-element attribute read into one number would overflow it). */
+static int read_scalar_attr(hid_t obj, const char *name, hid_t mem, void *out)
+{
+    if (H5Aexists(obj, name) <= 0)
+        return -1;
+    hid_t at = H5Aopen(obj, name, H5P_DEFAULT);
+    if (at < 0)
+        return -1;
+    hid_t sp = H5Aget_space(at), ft = H5Aget_type(at);
+    int ok = H5Sget_simple_extent_npoints(sp) == 1 &&
+             (H5Tget_class(ft) == H5T_INTEGER || H5Tget_class(ft) == H5T_FLOAT) &&
+             H5Aread(at, mem, out) >= 0;
+    H5Tclose(ft);
+    H5Sclose(sp);
+    H5Aclose(at);
+    return ok ? 0 : -1;
+}
+
+/* Reading the index is reading a file from outside: every size is checked against the
+ * fixed fields it lands in (at most 8 dimensions, names that fit, one element per scalar
+ * attribute, metadata of one fixed-length string, shapes the stored bytes hold). */
 static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void *arg)
 {
     lister *L = arg;
     mt__ckpt_index *ix = L->ix;
+    if (strlen(name) >= sizeof ix->arrays[0].name) {
+        snprintf(L->why, sizeof L->why, "an array name of %zu bytes (at most %zu)", strlen(name),
+                 sizeof ix->arrays[0].name - 1);
+        return -1;
+    }
     if (ix->n == ix->cap) {
         int cap = ix->cap ? ix->cap * 2 : 8;
         mt__ckpt_array *a = realloc(ix->arrays, (size_t)cap * sizeof *a);
@@ -338,32 +370,41 @@ static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void
     a->dtype = dtype_of(ft);
     a->ndim = H5Sget_simple_extent_ndims(sp);
     hsize_t d[8];
-    int ok = a->dtype && a->ndim >= 1 && a->ndim <= 8;
+    int ok = a->dtype && a->ndim >= 1 && a->ndim <= 8; /* before dims land in d[8] */
     if (ok)
         H5Sget_simple_extent_dims(sp, d, NULL);
-    for (int i = 0; ok && i < a->ndim; i++)
+    uint64_t bytes = mt_dtype_size(a->dtype);
+    for (int i = 0; ok && i < a->ndim; i++) {
         a->dims[i] = d[i];
-    if (!ok)
-        snprintf(L->why, sizeof L->why, "array %s: unsupported type or %d dimensions", name,
-                 a->ndim);
+        if (d[i] > INT64_MAX || (d[i] && bytes > UINT64_MAX / 2 / d[i])) {
+            snprintf(L->why, sizeof L->why, "array %s: its shape does not fit in memory sizes",
+                     name);
+            ok = 0;
+        }
+        bytes *= d[i];
+    }
+    if (!ok && !L->why[0])
+        snprintf(L->why, sizeof L->why, "array %s: unsupported type or %d dimensions (1 to 8)",
+                 name, a->ndim);
+    /* checkpoints are written whole and uncompressed: a shape the stored bytes do not hold
+     * is a lie (a 2 KB file claiming 2^40 rows), refused before anything reads it */
+    if (ok && H5Dget_storage_size(ds) < bytes) {
+        snprintf(L->why, sizeof L->why, "array %s claims %llu bytes but the file holds %llu for "
+                 "it", name, (unsigned long long)bytes,
+                 (unsigned long long)H5Dget_storage_size(ds));
+        ok = 0;
+    }
     hid_t at;
-    if (ok && (at = H5Aopen(ds, "layout", H5P_DEFAULT)) >= 0) {
-        ok = H5Aread(at, H5T_NATIVE_INT, &a->layout) >= 0;
-        H5Aclose(at);
-    } else
-        ok = 0;
-    if (ok && (at = H5Aopen(ds, "crc32", H5P_DEFAULT)) >= 0) {
-        ok = H5Aread(at, H5T_NATIVE_UINT32, &a->crc) >= 0;
-        H5Aclose(at);
-    } else
-        ok = 0;
+    if (ok)
+        ok = read_scalar_attr(ds, "layout", H5T_NATIVE_INT, &a->layout) == 0 &&
+             read_scalar_attr(ds, "crc32", H5T_NATIVE_UINT32, &a->crc) == 0;
     if (!ok && !L->why[0])
         snprintf(L->why, sizeof L->why, "array %s: its layout or crc32 attribute is missing or "
                  "unreadable", name);
     if (ok && H5Aexists(ds, "offsets") > 0 && (at = H5Aopen(ds, "offsets", H5P_DEFAULT)) >= 0) {
         hid_t asp = H5Aget_space(at);
         hssize_t n = H5Sget_simple_extent_npoints(asp);
-        if (n > 0 && n <= 1 << 20 && (a->offsets = malloc((size_t)n * sizeof(int64_t)))) {
+        if (n >= 2 && n <= 1 << 20 && (a->offsets = malloc((size_t)n * sizeof(int64_t)))) {
             a->noffsets = (int)n;
             ok = H5Aread(at, H5T_NATIVE_INT64, a->offsets) >= 0;
         } else
@@ -412,9 +453,17 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
     if (strncmp(name, "meta:", 5))
         return 0;
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    hid_t t = H5Aget_type(a);
+    if (a < 0) {
+        snprintf(L->why, sizeof L->why, "metadata %s cannot be opened", name + 5);
+        return -1;
+    }
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
     size_t n = H5Tget_size(t);
-    char *v = calloc(n + 1, 1);
+    /* one fixed-length string: what mt__ckpt_set_meta writes, and all the buffer holds */
+    int one = H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) == 0 &&
+              H5Sget_simple_extent_npoints(sp) == 1 && n > 0 && n <= (16u << 20);
+    H5Sclose(sp);
+    char *v = one ? calloc(n + 1, 1) : NULL;
     char **keys = realloc(ix->meta_keys, (size_t)(ix->nmeta + 1) * sizeof *keys);
     if (keys)
         ix->meta_keys = keys;
@@ -422,8 +471,10 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
     if (vals)
         ix->meta_values = vals;
     int rc = -1;
-    if (v && keys && vals && H5Tget_class(t) == H5T_STRING && H5Aread(a, t, v) >= 0) {
-        ix->meta_keys[ix->nmeta] = strdup(name + 5);
+    if (!one) {
+        snprintf(L->why, sizeof L->why, "metadata %s is not one fixed-length string", name + 5);
+    } else if (v && keys && vals && H5Aread(a, t, v) >= 0 &&
+               (ix->meta_keys[ix->nmeta] = strdup(name + 5))) {
         ix->meta_values[ix->nmeta++] = v;
         rc = 0;
     } else {

@@ -78,39 +78,66 @@ static mt_dtype pick_dtype(hid_t ftype, char *why, size_t len)
     return 0;
 }
 
+/* "file:group/column" for messages, whatever the lengths (NULL when out of memory). */
+static char *where_of(const mt__h5group *g, const char *name)
+{
+    size_t len = strlen(g->file) + strlen(g->group) + strlen(name) + 3;
+    char *w = malloc(len);
+    if (w)
+        snprintf(w, len, "%s:%s/%s", g->file, g->group, name);
+    return w;
+}
+
 static int open_column(mt__h5group *g, hid_t grp, const char *name, mt__column *c)
 {
-    char where[1024];
-    snprintf(where, sizeof where, "%s:%s/%s", g->file, g->group, name);
+    char *where = where_of(g, name);
+    if (!where)
+        return mt__error(MT_ENOMEM, "out of memory opening %s", g->file);
+    int rc = MT_OK;
     H5O_info_t info;
     if (H5Oget_info_by_name(grp, name, &info, H5P_DEFAULT) < 0)
-        return mt__error(MT_EFORMAT, "%s: cannot read object info", where);
-    if (info.type != H5O_TYPE_DATASET)
-        return mt__error(MT_EFORMAT, "%s: is not a dataset (every member of a dataset group "
-                                     "must be a column)", where);
-    c->name = mt__strdup(name);
-    c->dset = H5Dopen2(grp, name, H5P_DEFAULT);
-    if (!c->name || c->dset < 0)
-        return mt__error(MT_EFORMAT, "%s: cannot open dataset", where);
+        rc = mt__error(MT_EFORMAT, "%s: cannot read object info", where);
+    else if (info.type != H5O_TYPE_DATASET)
+        rc = mt__error(MT_EFORMAT, "%s: is not a dataset (every member of a dataset group "
+                                   "must be a column)", where);
+    else {
+        c->name = mt__strdup(name);
+        c->dset = H5Dopen2(grp, name, H5P_DEFAULT);
+        if (!c->name || c->dset < 0)
+            rc = mt__error(MT_EFORMAT, "%s: cannot open dataset", where);
+    }
+    if (rc) {
+        free(where);
+        return rc;
+    }
     hid_t ft = H5Dget_type(c->dset), sp = H5Dget_space(c->dset);
     char why[32] = "";
     c->dtype = pick_dtype(ft, why, sizeof why);
     int nd = H5Sget_simple_extent_ndims(sp);
-    int rc = MT_OK;
     if (!c->dtype)
         rc = mt__error(MT_EFORMAT, "%s: column type is %s, not numeric (need integers or "
                                    "floats)", where, why);
-    else if (nd < 1 || nd > 8)
+    else if (nd < 1 || nd > 8) /* checked before the dimensions land in dims[8] */
         rc = mt__error(MT_EFORMAT, "%s: has %d dimensions (need 1 to 8, rows first)", where, nd);
     else {
         c->ndim = nd;
         H5Sget_simple_extent_dims(sp, c->dims, NULL);
-        c->row_elems = 1;
-        for (int d = 1; d < nd; d++)
-            c->row_elems *= c->dims[d];
+        /* a row's bytes, and the rows, must be sizes this process can hold and count */
+        uint64_t row = mt_dtype_size(c->dtype);
+        for (int d = 1; d < nd && !rc; d++) {
+            if (c->dims[d] && row > ((uint64_t)1 << 40) / c->dims[d])
+                rc = mt__error(MT_EFORMAT, "%s: a row of shape %llu x ... is over 1 TiB "
+                               "(dimension %d)", where, (unsigned long long)c->dims[1], d);
+            row *= c->dims[d];
+        }
+        if (!rc && c->dims[0] > (hsize_t)INT64_MAX / 2)
+            rc = mt__error(MT_EFORMAT, "%s: claims %llu rows", where,
+                           (unsigned long long)c->dims[0]);
+        c->row_elems = (size_t)(row / mt_dtype_size(c->dtype));
     }
     H5Tclose(ft);
     H5Sclose(sp);
+    free(where);
     return rc;
 }
 
@@ -125,14 +152,25 @@ static int open_columns(mt__h5group *g, hid_t grp)
     g->cols = calloc(gi.nlinks, sizeof *g->cols);
     if (!g->cols)
         return mt__error(MT_ENOMEM, "out of memory listing %s:%s", g->file, g->group);
+    if (gi.nlinks > 65536)
+        return mt__error(MT_EFORMAT, "%s:%s: %llu members (a dataset has at most 65536 "
+                         "columns)", g->file, g->group, (unsigned long long)gi.nlinks);
     for (hsize_t i = 0; i < gi.nlinks; i++) {
-        char name[256];
-        if (H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name,
-                               H5P_DEFAULT) < 0)
-            return mt__error(MT_EFORMAT, "%s:%s: cannot read member %llu", g->file, g->group,
+        /* the name's length first: a name is never cut to fit a buffer */
+        ssize_t len = H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, i, NULL, 0,
+                                         H5P_DEFAULT);
+        char *name = len >= 0 ? malloc((size_t)len + 1) : NULL;
+        if (len < 0 || !name ||
+            H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, (size_t)len + 1,
+                               H5P_DEFAULT) < 0) {
+            free(name);
+            return mt__error(len < 0 || name ? MT_EFORMAT : MT_ENOMEM,
+                             "%s:%s: cannot read member %llu", g->file, g->group,
                              (unsigned long long)i);
+        }
         g->cols[g->ncols].dset = H5I_INVALID_HID;
         int rc = open_column(g, grp, name, &g->cols[g->ncols++]);
+        free(name);
         if (rc)
             return rc;
     }
@@ -158,8 +196,7 @@ int mt__h5group_open(MPI_Comm comm, const char *file, const char *group, mt__h5g
     g->fid = H5I_INVALID_HID;
     g->file = mt__strdup(file);
     g->group = mt__strdup(group);
-    const char *mode = getenv("MT_IO_COLLECTIVE");
-    g->collective = mode && !strcmp(mode, "1");
+    g->collective = mt__env_knob_bool("MT_IO_COLLECTIVE", false);
     LOCK();
     quiet_hdf5();
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), grp = H5I_INVALID_HID;

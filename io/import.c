@@ -9,6 +9,7 @@
 #include "io.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,89 +74,141 @@ typedef struct {
     void *data;
 } idx_array;
 
-static int read_all(const char *file, unsigned char **out, size_t *len)
-{
-    gzFile z = gzopen(file, "rb"); /* reads plain files too */
-    if (!z)
-        return mt__error(errno == ENOENT ? MT_ENOTFOUND : MT_EIO, "%s: cannot open: %s", file,
-                         strerror(errno));
-    size_t cap = 1 << 20, n = 0;
-    unsigned char *buf = malloc(cap);
-    int got;
-    while (buf && (got = gzread(z, buf + n, (unsigned)(cap - n))) > 0) {
-        n += (size_t)got;
-        if (n == cap) {
-            unsigned char *grown = realloc(buf, cap *= 2);
-            if (!grown) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = grown;
-        }
-    }
-    int err = 0;
-    const char *zmsg = buf ? gzerror(z, &err) : "";
-    int rc = MT_OK;
-    if (!buf)
-        rc = mt__error(MT_ENOMEM, "%s: out of memory reading", file);
-    else if (err < 0)
-        rc = mt__error(MT_EFORMAT, "%s: corrupt gzip data after %zu bytes: %s", file, n, zmsg);
-    gzclose(z);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    *out = buf;
-    *len = n;
-    return MT_OK;
-}
-
 static uint32_t be32(const unsigned char *p)
 {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* n bytes from z into p; the count read (less at the end of the data). */
+static size_t gz_read(gzFile z, unsigned char *p, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        unsigned want = n - done > (1u << 30) ? 1u << 30 : (unsigned)(n - done);
+        int got = gzread(z, p + done, want);
+        if (got <= 0)
+            break;
+        done += (size_t)got;
+    }
+    return done;
+}
+
+/* The header is read first and checked (dimensions, their product, its bytes without
+ * overflow, no zero-sized dimension); then exactly the data it announces, into memory
+ * that grows with the bytes actually there, so a header that lies costs nothing: a plain
+ * file must have exactly that size, a gzip stream must hold exactly those bytes. */
 static int parse_idx(const char *file, idx_array *a)
 {
-    unsigned char *buf = NULL;
-    size_t len = 0;
-    int rc = read_all(file, &buf, &len);
-    if (rc)
-        return rc;
-    if (len < 4 || buf[0] || buf[1]) {
+    gzFile z = gzopen(file, "rb"); /* reads plain files too */
+    if (!z)
+        return mt__error(errno == ENOENT ? MT_ENOTFOUND : MT_EIO, "%s: cannot open: %s", file,
+                         strerror(errno));
+    unsigned char head[4 + 4 * 8], *raw = NULL;
+    int rc = MT_OK;
+    size_t got = gz_read(z, head, 4);
+    if (got < 4 || head[0] || head[1]) {
         rc = mt__error(MT_EFORMAT, "%s: bad magic at byte 0 (an IDX file starts with two zero "
                                    "bytes, a type byte and a dimension count)", file);
         goto out;
     }
-    switch (buf[2]) {
+    switch (head[2]) {
     case 0x08: a->dtype = MT_U8; a->esize = 1; break;
-    case 0x09: case 0x0B: case 0x0C: a->dtype = MT_I32; a->esize = buf[2] == 0x09 ? 1 : buf[2] == 0x0B ? 2 : 4; break;
+    case 0x09: case 0x0B: case 0x0C: a->dtype = MT_I32; a->esize = head[2] == 0x09 ? 1 : head[2] == 0x0B ? 2 : 4; break;
     case 0x0D: a->dtype = MT_F32; a->esize = 4; break;
     case 0x0E: a->dtype = MT_F64; a->esize = 8; break;
     default:
-        rc = mt__error(MT_EFORMAT, "%s: unknown IDX type 0x%02x at byte 2", file, buf[2]);
+        rc = mt__error(MT_EFORMAT, "%s: unknown IDX type 0x%02x at byte 2", file, head[2]);
         goto out;
     }
-    a->ndim = buf[3];
+    a->ndim = head[3];
     if (a->ndim < 1 || a->ndim > 8) {
         rc = mt__error(MT_EFORMAT, "%s: %d dimensions at byte 3 (need 1 to 8)", file, a->ndim);
         goto out;
     }
-    size_t head = 4 + 4 * (size_t)a->ndim;
-    if (len < head) {
+    size_t hlen = 4 + 4 * (size_t)a->ndim;
+    if ((got += gz_read(z, head + 4, hlen - 4)) < hlen) {
         rc = mt__error(MT_EFORMAT, "%s: truncated: the header needs %zu bytes, the file has %zu",
-                       file, head, len);
+                       file, hlen, got);
         goto out;
     }
     a->count = 1;
+    size_t bytes = 0;
     for (int d = 0; d < a->ndim; d++) {
-        a->dims[d] = be32(buf + 4 + 4 * d);
-        a->count *= a->dims[d];
+        a->dims[d] = be32(head + 4 + 4 * d);
+        if (a->dims[d] == 0) {
+            rc = mt__error(MT_EFORMAT, "%s: dimension %d (byte %d) is 0: %s", file, d, 4 + 4 * d,
+                           d == 0 ? "no rows to import" : "rows of no elements");
+            goto out;
+        }
+        if (__builtin_mul_overflow(a->count, (size_t)a->dims[d], &a->count)) {
+            rc = mt__error(MT_EFORMAT, "%s: the dimensions in bytes 4 to %zu multiply past "
+                           "what memory can hold", file, hlen - 1);
+            goto out;
+        }
     }
-    if (len - head < a->count * a->esize) {
+    if (__builtin_mul_overflow(a->count, a->esize, &bytes) ||
+        __builtin_mul_overflow(a->count, mt_dtype_size(a->dtype), &(size_t){0})) {
+        rc = mt__error(MT_EFORMAT, "%s: %zu elements of %zu bytes: more than memory can hold",
+                       file, a->count, a->esize);
+        goto out;
+    }
+    char shape[8 * 12] = "";
+    for (int d = 0, n = 0; d < a->ndim; d++)
+        n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%llu", d ? "x" : "",
+                      (unsigned long long)a->dims[d]);
+    if (gzdirect(z)) { /* not compressed: the size on disk must be what the header says */
+        FILE *plain = fopen(file, "rb");
+        long size = -1;
+        if (plain && fseek(plain, 0, SEEK_END) == 0)
+            size = ftell(plain);
+        if (plain)
+            fclose(plain);
+        if (size >= 0 && (uint64_t)size != hlen + (uint64_t)bytes) {
+            rc = mt__error(MT_EFORMAT, "%s: the header announces %s x %zu bytes = %zu bytes of "
+                           "data after byte %zu; the file has %lld", file, shape, a->esize,
+                           bytes, hlen, (long long)size - (long long)hlen);
+            goto out;
+        }
+    }
+    /* read in pieces that grow with the data actually there (not with the claim) */
+    size_t have = 0, cap = 0;
+    while (have < bytes) {
+        size_t want = bytes - have < ((size_t)64 << 20) ? bytes - have : (size_t)64 << 20;
+        if (have + want > cap) {
+            size_t ncap = cap ? cap * 2 : want;
+            if (ncap > bytes)
+                ncap = bytes;
+            if (ncap < have + want)
+                ncap = have + want;
+            unsigned char *grown = realloc(raw, ncap);
+            if (!grown) {
+                rc = mt__error(MT_ENOMEM, "%s: out of memory reading %zu bytes", file, ncap);
+                goto out;
+            }
+            raw = grown;
+            cap = ncap;
+        }
+        size_t n = gz_read(z, raw + have, want);
+        have += n;
+        if (n < want)
+            break;
+    }
+    unsigned char extra;
+    int err = 0;
+    const char *zmsg = gzerror(z, &err);
+    if (err < 0) {
+        rc = mt__error(MT_EFORMAT, "%s: corrupt gzip data after %zu bytes: %s", file,
+                       hlen + have, zmsg);
+        goto out;
+    }
+    if (have < bytes) {
         rc = mt__error(MT_EFORMAT, "%s: truncated: %zu bytes of data expected from byte %zu, "
-                                   "the file ends at byte %zu", file, a->count * a->esize, head,
-                       len);
+                                   "the file ends at byte %zu", file, bytes, hlen, hlen + have);
+        goto out;
+    }
+    if (gz_read(z, &extra, 1) != 0) {
+        rc = mt__error(MT_EFORMAT, "%s: more data than the header announces (%zu bytes after "
+                                   "byte %zu)", file, bytes, hlen);
         goto out;
     }
     a->data = malloc(a->count * mt_dtype_size(a->dtype) + 1);
@@ -163,7 +216,7 @@ static int parse_idx(const char *file, idx_array *a)
         rc = mt__error(MT_ENOMEM, "%s: out of memory", file);
         goto out;
     }
-    const unsigned char *p = buf + head;
+    const unsigned char *p = raw;
     for (size_t i = 0; i < a->count; i++, p += a->esize) {
         uint64_t v = 0;
         for (size_t k = 0; k < a->esize; k++)
@@ -179,7 +232,8 @@ static int parse_idx(const char *file, idx_array *a)
         }
     }
 out:
-    free(buf);
+    free(raw);
+    gzclose(z);
     return rc;
 }
 
@@ -207,7 +261,7 @@ int mt__import_idx(const char *images, const char *labels, const char *out_file,
     if (!rc && st) {
         st->rows = (int64_t)x.dims[0];
         st->ncols = labels ? 2 : 1;
-        char shape[64] = "";
+        char shape[8 * 12] = ""; /* 8 dimensions of at most 10 digits and an 'x' */
         size_t n = 0;
         for (int d = 0; d < x.ndim; d++)
             n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%llu", d ? "x" : "",
@@ -272,6 +326,7 @@ int mt__import_csv(const char *csv, const char *label_column, const char *out_fi
     int rc = MT_OK, label = -1, ncols = 0;
     long lineno = 1;
     double *x = NULL, *y = NULL;
+    char **header = NULL; /* the column names, for messages */
     size_t rows = 0, rows_cap = 0;
     bool integral = true;
     if (getline(&line, &cap, f) < 0 || split(line, &r) < 0 || (r.n == 1 && !*r.fields[0])) {
@@ -279,6 +334,15 @@ int mt__import_csv(const char *csv, const char *label_column, const char *out_fi
         goto out;
     }
     ncols = r.n;
+    if (!(header = calloc((size_t)ncols, sizeof *header))) {
+        rc = mt__error(MT_ENOMEM, "%s: out of memory", csv);
+        goto out;
+    }
+    for (int i = 0; i < ncols; i++)
+        if (!(header[i] = strdup(r.fields[i]))) {
+            rc = mt__error(MT_ENOMEM, "%s: out of memory", csv);
+            goto out;
+        }
     for (int i = 0; i < r.n; i++)
         if (!strcmp(r.fields[i], label_column))
             label = i;
@@ -307,7 +371,13 @@ int mt__import_csv(const char *csv, const char *label_column, const char *out_fi
         }
         if (rows == rows_cap) {
             rows_cap = rows_cap ? 2 * rows_cap : 1024;
-            double *gx = realloc(x, rows_cap * (size_t)(ncols - 1) * sizeof *x);
+            size_t xbytes;
+            if (__builtin_mul_overflow(rows_cap, (size_t)(ncols - 1) * sizeof *x, &xbytes)) {
+                rc = mt__error(MT_ENOMEM, "%s: line %ld: %zu rows of %d columns are more than "
+                               "memory can hold", csv, lineno, rows_cap, ncols);
+                goto out;
+            }
+            double *gx = realloc(x, xbytes);
             double *gy = realloc(y, rows_cap * sizeof *y);
             if (gx)
                 x = gx;
@@ -324,8 +394,15 @@ int mt__import_csv(const char *csv, const char *label_column, const char *out_fi
             double v = strtod(r.fields[i], &end);
             if (!*r.fields[i] || *end || errno || !isfinite(v)) {
                 rc = mt__error(MT_EFORMAT, "%s: line %ld, column %d (%s): '%s' is not a number",
-                               csv, lineno, i + 1, i == label ? label_column : "feature",
+                               csv, lineno, i + 1, i == label ? label_column : header[i],
                                r.fields[i]);
+                goto out;
+            }
+            /* features are stored as float32: a value past its range would become inf */
+            if (i != label && fabs(v) > FLT_MAX) {
+                rc = mt__error(MT_EFORMAT, "%s: line %ld, column %d (%s): '%s' is outside the "
+                               "float32 range the features are stored in (+-3.4e38)", csv,
+                               lineno, i + 1, header[i], r.fields[i]);
                 goto out;
             }
             if (i == label) {
@@ -369,6 +446,9 @@ int mt__import_csv(const char *csv, const char *label_column, const char *out_fi
                  out_file, group, rows, rows, ncols - 1, label_column, integral ? "i64" : "f64");
     }
 out:
+    for (int i = 0; header && i < ncols; i++)
+        free(header[i]);
+    free(header);
     free(line);
     free(r.fields);
     free(x);

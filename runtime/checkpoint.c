@@ -30,9 +30,7 @@
 
 static size_t buffer_bytes(void)
 {
-    const char *env = getenv("MT_CHECKPOINT_BUFFER");
-    long long v = env ? atoll(env) : 0;
-    return v > 0 ? (size_t)v : (size_t)64 << 20;
+    return (size_t)mt__env_knob_u64("MT_CHECKPOINT_BUFFER", (uint64_t)64 << 20);
 }
 
 /* Rank 0's staging buffer for other ranks' data, buffer_bytes() long, made on the first
@@ -66,7 +64,22 @@ mt_checkpoint *mt_checkpoint_new(void)
     mt_checkpoint *ck = calloc(1, sizeof *ck);
     if (!ck)
         mt__error(MT_ENOMEM, "out of memory creating a checkpoint");
+    else if (mt__live_add(ck, MT__LIVE_CHECKPOINT)) {
+        free(ck);
+        ck = NULL;
+    }
     return ck;
+}
+
+/* A checkpoint not freed yet (the one mt_get_checkpoint gives ends with its fit). */
+static bool ck_ok(const mt_checkpoint *ck, const char *fn)
+{
+    if (ck && mt__live(ck, MT__LIVE_CHECKPOINT))
+        return true;
+    mt__error(MT_EINVAL, "%s: %s", fn, ck ? "not a live checkpoint (freed already, or the "
+                                            "restored one kept past its fit)"
+                                          : "checkpoint is NULL");
+    return false;
 }
 
 void mt_checkpoint_free(mt_checkpoint **cp)
@@ -74,6 +87,9 @@ void mt_checkpoint_free(mt_checkpoint **cp)
     if (!cp || !*cp)
         return;
     mt_checkpoint *ck = *cp;
+    if (!ck_ok(ck, "mt_checkpoint_free")) /* a second free: nothing to give back */
+        return;
+    mt__live_remove(ck);
     for (int i = 0; i < ck->narrays; i++)
         free(ck->arrays[i].name);
     free(ck->arrays);
@@ -94,22 +110,25 @@ void mt_checkpoint_free(mt_checkpoint **cp)
     *cp = NULL;
 }
 
+/* Array and file names become HDF5 dataset names and files in the checkpoint folder:
+ * mt__check_name's rules (no '/', "..", control characters), and no leading '.' (the
+ * run directory's own temporary names). */
 static bool bad_name(const char *name)
 {
-    if (!name || !*name || strlen(name) > 200 || strchr(name, '/') || name[0] == '.')
-        return true;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        if (*p < 0x20 || *p == 0x7f) /* a newline in a file name breaks every listing */
-            return true;
-    return false;
+    char saved[MT__MSG_LEN];
+    snprintf(saved, sizeof saved, "%s", mt_last_error());
+    bool bad = !name || name[0] == '.' || mt__check_name("name", name, 200) != MT_OK;
+    mt__error_set_text(saved);
+    return bad;
 }
 
 int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
                       const size_t *dims, const void *data, mt_layout layout)
 {
-    if (!ck || ck->path)
-        return mt__error(MT_EINVAL, "mt_checkpoint_put: %s", ck ? "a stored checkpoint is "
-                                    "read-only" : "checkpoint is NULL");
+    if (!ck_ok(ck, "mt_checkpoint_put"))
+        return MT_EINVAL;
+    if (ck->path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_put: a stored checkpoint is read-only");
     if (bad_name(name))
         return mt__error(MT_EINVAL, "mt_checkpoint_put: bad array name \"%.300s\" (1 to 200 "
                          "bytes, no '/' or control characters, not starting with '.')",
@@ -123,7 +142,9 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
         return mt__error(MT_EINVAL, "mt_checkpoint_put %s: unknown layout %d", name, (int)layout);
     size_t n = 1;
     for (int i = 0; i < ndim; i++)
-        n *= dims[i];
+        if (__builtin_mul_overflow(n, dims[i], &n) || n > SIZE_MAX / mt_dtype_size(t))
+            return mt__error(MT_EINVAL, "mt_checkpoint_put %s: the shape's bytes do not fit "
+                                        "in memory sizes (dimension %d)", name, i);
     if (n > 0 && !data)
         return mt__error(MT_EINVAL, "mt_checkpoint_put %s: data is NULL", name);
     for (int i = 0; i < ck->narrays; i++)
@@ -148,12 +169,12 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
 
 int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value)
 {
-    if (!ck || ck->path)
-        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: %s", ck ? "a stored checkpoint is "
-                         "read-only" : "checkpoint is NULL");
-    if (!key || !*key || strlen(key) > 255)
-        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: bad key \"%.300s\" (1 to 255 bytes)",
-                         key ? key : "(null)");
+    if (!ck_ok(ck, "mt_checkpoint_set_meta"))
+        return MT_EINVAL;
+    if (ck->path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: a stored checkpoint is read-only");
+    if (mt__check_text("mt_checkpoint_set_meta: key", key, 255))
+        return MT_EINVAL;
     if (!value)
         return mt__error(MT_EINVAL, "mt_checkpoint_set_meta %s: value is NULL", key);
     for (int i = 0; i < ck->nmeta; i++)
@@ -213,9 +234,10 @@ static bool rank_folder_name(const char *name)
 
 int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path)
 {
-    if (!ck || ck->path)
-        return mt__error(MT_EINVAL, "mt_checkpoint_add_file: %s", ck ? "a stored checkpoint is "
-                         "read-only" : "checkpoint is NULL");
+    if (!ck_ok(ck, "mt_checkpoint_add_file"))
+        return MT_EINVAL;
+    if (ck->path)
+        return mt__error(MT_EINVAL, "mt_checkpoint_add_file: a stored checkpoint is read-only");
     if (bad_name(name) || !strcmp(name, "checkpoint.h5") || rank_folder_name(name))
         return mt__error(MT_EINVAL, "mt_checkpoint_add_file: bad file name \"%.300s\" (1 to 200 "
                          "bytes, no '/' or control characters, not starting with '.', not "
@@ -248,7 +270,7 @@ int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path
 
 const char *mt_checkpoint_get_meta(const mt_checkpoint *ck, const char *key)
 {
-    if (!ck || !key)
+    if (!ck_ok(ck, "mt_checkpoint_get_meta") || !key)
         return NULL;
     for (int i = 0; i < ck->nmeta; i++)
         if (!strcmp(ck->meta_keys[i], key))
@@ -261,7 +283,7 @@ const char *mt_checkpoint_get_meta(const mt_checkpoint *ck, const char *key)
 
 const char *mt_checkpoint_path(const mt_checkpoint *ck)
 {
-    return ck ? ck->path : NULL;
+    return ck_ok(ck, "mt_checkpoint_path") ? ck->path : NULL;
 }
 
 /* ------------------------------------------------------------ commit */
@@ -314,17 +336,18 @@ typedef struct {
  * MT_TEST_COMMIT_RESUME_FILE=PATH the pause ends as soon as PATH exists. */
 static bool pause_here(int64_t index)
 {
-    const char *p = getenv("MT_TEST_COMMIT_PAUSE"), *at = getenv("MT_TEST_COMMIT_PAUSE_AT");
-    return p && atof(p) > 0 && index == (at ? atoll(at) : 0);
+    return mt__env_knob_f64("MT_TEST_COMMIT_PAUSE", 0) > 0 &&
+           (uint64_t)index == mt__env_knob_u64("MT_TEST_COMMIT_PAUSE_AT", 0);
 }
 
 static void test_pause(void)
 {
-    const char *p = getenv("MT_TEST_COMMIT_PAUSE"), *go = getenv("MT_TEST_COMMIT_RESUME_FILE");
-    if (p && atof(p) > 0) {
-        fprintf(stderr, "mpitrain: test hook: pid %d pausing %s s inside a checkpoint commit\n", (int)getpid(), p);
+    double p = mt__env_knob_f64("MT_TEST_COMMIT_PAUSE", 0);
+    const char *go = getenv("MT_TEST_COMMIT_RESUME_FILE");
+    if (p > 0) {
+        fprintf(stderr, "mpitrain: test hook: pid %d pausing %g s inside a checkpoint commit\n", (int)getpid(), p);
         fflush(stderr);
-        for (double left = atof(p); left > 0 && !(go && access(go, F_OK) == 0); left -= 0.05)
+        for (double left = p; left > 0 && !(go && access(go, F_OK) == 0); left -= 0.05)
             usleep(50000);
     }
 }
@@ -683,13 +706,30 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
 
 /* ------------------------------------------------------------ stored checkpoints */
 
+/* A stored checkpoint is a real folder of the run holding a regular checkpoint.h5: a
+ * symbolic link (to anywhere outside the run) is not followed. */
+static int stored_files_ok(const char *dir, const char *h5)
+{
+    struct stat st;
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return mt__error(MT_EFORMAT, "%s: not a checkpoint folder (missing, or a symbolic "
+                                     "link, which is not followed)", dir);
+    if (lstat(h5, &st) != 0 || !S_ISREG(st.st_mode))
+        return mt__error(MT_EFORMAT, "%s: not a regular file (missing, or a symbolic link, "
+                                     "which is not followed)", h5);
+    return MT_OK;
+}
+
 /* Rank 0: read every array and compare its checksum. */
 static int verify(const char *dir, mt__ckpt_index *ix)
 {
     char h5[4200];
     snprintf(h5, sizeof h5, "%s/checkpoint.h5", dir);
     hid_t f;
-    int rc = mt__ckpt_open(h5, &f);
+    int rc = stored_files_ok(dir, h5);
+    if (rc)
+        return rc;
+    rc = mt__ckpt_open(h5, &f);
     if (rc)
         return rc;
     rc = mt__ckpt_read_index(f, h5, ix);
@@ -805,7 +845,11 @@ int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
         a->layout = layout;
         a->crc = (uint32_t)crc;
         a->ndim = (int)json_array_size(dims);
-        for (int d = 0; d < a->ndim && d < 8; d++)
+        if (a->ndim < 1 || a->ndim > 8 || strlen(name) >= sizeof a->name) {
+            rc = mt__error(MT_EFORMAT, "corrupt checkpoint description (array %.64s)", name);
+            break;
+        }
+        for (int d = 0; d < a->ndim; d++)
             a->dims[d] = (uint64_t)json_integer_value(json_array_get(dims, (size_t)d));
         a->noffsets = (int)json_array_size(off);
         if (a->noffsets && (a->offsets = malloc((size_t)a->noffsets * sizeof(int64_t))))
@@ -845,7 +889,9 @@ int mt__checkpoint_open_stored(const char *path, mt_checkpoint **out)
     char h5[4200];
     snprintf(h5, sizeof h5, "%s/checkpoint.h5", path);
     hid_t f;
-    int rc = mt__ckpt_open(h5, &f);
+    int rc = stored_files_ok(path, h5);
+    if (!rc)
+        rc = mt__ckpt_open(h5, &f);
     if (rc)
         return rc;
     mt_checkpoint *ck = mt_checkpoint_new();
@@ -887,6 +933,8 @@ static void my_rows(const mt_checkpoint *ck, const mt__ckpt_array *a, int rank, 
 
 int mt_checkpoint_dims(const mt_checkpoint *ck, const char *name, int *ndim, size_t dims[8])
 {
+    if (!ck_ok(ck, "mt_checkpoint_dims"))
+        return MT_EINVAL;
     const mt__ckpt_array *a = stored_array(ck, name);
     if (!a)
         return mt__error(MT_ENOTFOUND, "checkpoint %s has no array %s",
@@ -994,6 +1042,8 @@ static int get_local(const mt_checkpoint *ck, const mt__ckpt_array *a, mt_dtype 
 int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, void *out,
                       size_t count)
 {
+    if (!ck_ok(ck, "mt_checkpoint_get")) /* a stale one: its context is gone too */
+        return MT_EINVAL;
     int rc = MT_OK;
     const mt__ckpt_array *a = stored_array(ck, name);
     uint64_t start = 0, rows = 0;

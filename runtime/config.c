@@ -40,45 +40,72 @@ void mt_config_defaults(mt_trainer_config *cfg)
         cfg->data.memory_limit = DEFAULT_MEMORY_LIMIT;
 }
 
-/* Adds one problem to the list in mt_last_error. */
-static void problem(int *n, const char *fmt, ...) MT__PRINTF(2, 3);
-static void problem(int *n, const char *fmt, ...)
+/* The problems found so far, one per line; checks that record their own message
+ * (mt__check_name, mt__parse_*) are moved into it, and it becomes mt_last_error at the
+ * end. */
+typedef struct {
+    char text[MT__MSG_LEN];
+    int n;
+} problems;
+
+static void problem(problems *p, const char *fmt, ...) MT__PRINTF(2, 3);
+static void problem(problems *p, const char *fmt, ...)
 {
-    char line[512];
+    size_t used = strlen(p->text);
+    if (p->n++ > 0 && used + 1 < sizeof p->text)
+        p->text[used++] = '\n';
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    vsnprintf(p->text + used, sizeof p->text - used, fmt, ap);
     va_end(ap);
-    if ((*n)++ == 0)
-        mt__error_set_text(line);
-    else
-        mt__error_append("%s", line);
 }
 
-static void check_name(int *n, const char *name)
+/* rc != 0: the check's message (in mt_last_error) joins the list. */
+static void listed(problems *p, int rc)
 {
-    if (!name)
-        return;
-    size_t len = strlen(name);
-    if (len == 0)
-        problem(n, "run.name must not be empty");
-    else if (len > MT__NAME_MAX)
-        problem(n, "run.name must be at most %d bytes (got %zu)", MT__NAME_MAX, len);
-    else if (strchr(name, '/'))
-        problem(n, "run.name must not contain '/' (got \"%s\")", name);
-    else if (!strcmp(name, ".") || !strcmp(name, ".."))
-        problem(n, "run.name must not be \"%s\"", name);
+    if (rc)
+        problem(p, "%s", mt_last_error());
 }
 
-static void check_seconds(int *n, const char *field, double v)
+static int finish(const problems *p)
+{
+    if (!p->n)
+        return MT_OK;
+    mt__error_set_text(p->text);
+    return MT_EINVAL;
+}
+
+/* Every environment knob (the table in common/parse.c): a bad value is one clear error at
+ * the start of fit, on every rank through fit's first agreement, instead of being ignored
+ * or misread where it is used. */
+int mt__env_validate(void)
+{
+    problems n = {.n = 0};
+    for (const mt__env_knob *k = mt__env_knobs; k->name; k++) {
+        uint64_t u;
+        double d;
+        bool b;
+        if (k->kind == MT__KNOB_BOOL)
+            listed(&n, mt__env_bool(k->name, &b));
+        else if (k->kind == MT__KNOB_SECONDS)
+            listed(&n, mt__env_f64(k->name, (double)k->min, (double)k->max, &d));
+        else
+            listed(&n, mt__env_u64(k->name, k->min, k->max, &u));
+    }
+    return finish(&n);
+}
+
+static void check_seconds(problems *n, const char *field, double v)
 {
     if (!isfinite(v) || v < 0)
         problem(n, "%s must be a finite number of seconds >= 0 (got %g)", field, v);
+    else if (v > 1e9) /* past this, conversions to clock ticks overflow */
+        problem(n, "%s must be at most 1e9 seconds (got %g)", field, v);
 }
 
 int mt_config_validate(const mt_trainer_config *in)
 {
-    int n = 0;
+    problems n = {.n = 0};
     if (!in)
         return mt__error(MT_EINVAL, "config is NULL");
     mt_trainer_config cfg = *in;
@@ -88,9 +115,10 @@ int mt_config_validate(const mt_trainer_config *in)
     if (cfg.scaling.cpus_per_worker < 0)
         problem(&n, "scaling.cpus_per_worker must be >= 0 (got %d)",
                 cfg.scaling.cpus_per_worker);
-    check_name(&n, cfg.run.name);
-    if (!*cfg.run.storage_path)
-        problem(&n, "run.storage_path must not be empty");
+    if (cfg.run.name)
+        listed(&n, mt__check_name("run.name", cfg.run.name, MT__NAME_MAX));
+    /* room under PATH_MAX for <name>/.checkpoint_NNNNNN.tmp/rankN/<file name> */
+    listed(&n, mt__check_text("run.storage_path", cfg.run.storage_path, MT__DIR_MAX));
     if (cfg.run.verbose < MT_VERBOSE_SILENT || cfg.run.verbose > 2)
         problem(&n, "run.verbose must be -1 (silent), 0 (default), 1 or 2 (got %d)",
                 cfg.run.verbose);
@@ -99,6 +127,9 @@ int mt_config_validate(const mt_trainer_config *in)
         problem(&n, "run.checkpoint.num_to_keep must be >= 0 (got %d)", ck->num_to_keep);
     if (ck->score_attribute && !*ck->score_attribute)
         problem(&n, "run.checkpoint.score_attribute must not be empty (use NULL for none)");
+    else if (ck->score_attribute)
+        listed(&n, mt__check_text("run.checkpoint.score_attribute", ck->score_attribute,
+                                  255)); /* a metric key's bound */
     if (ck->score_order != MT_ORDER_MAX && ck->score_order != MT_ORDER_MIN)
         problem(&n, "run.checkpoint.score_order must be MT_ORDER_MAX or MT_ORDER_MIN (got %d)",
                 (int)ck->score_order);
@@ -117,7 +148,7 @@ int mt_config_validate(const mt_trainer_config *in)
         for (size_t i = 0; cfg.data.datasets_to_split[i]; i++)
             if (!*cfg.data.datasets_to_split[i])
                 problem(&n, "data.datasets_to_split[%zu] must not be empty", i);
-    return n ? MT_EINVAL : MT_OK;
+    return finish(&n);
 }
 
 /* ------------------------------------------------------------ command line */
@@ -179,43 +210,22 @@ void mt_config_usage(FILE *out)
     }
 }
 
-static int parse_int(const char *s, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < INT_MIN || v > INT_MAX)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int parse_double(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
-}
-
 /* Apply one option; problems go to the list. */
-static void apply(mt_trainer_config *cfg, const opt_def *o, const char *val, int *n)
+static void apply(mt_trainer_config *cfg, const opt_def *o, const char *val, problems *n)
 {
-    char *field = (char *)cfg + o->offset;
+    char *field = (char *)cfg + o->offset, what[64];
+    snprintf(what, sizeof what, "option --%s", o->name);
     switch (o->kind) {
     case OPT_STR:
         *(const char **)field = val;
         break;
     case OPT_INT:
-        if (parse_int(val, (int *)field))
-            problem(n, "option --%s: '%s' is not an integer", o->name, val);
+        listed(n, mt__parse_int(what, val, INT_MIN, INT_MAX, (int *)field));
         break;
     case OPT_SECONDS:
-        if (parse_double(val, (double *)field))
-            problem(n, "option --%s: '%s' is not a number of seconds", o->name, val);
+        if (mt__parse_f64(what, val, 0, 1e9, (double *)field))
+            problem(n, "option --%s: '%s' is not a number of seconds (0 to 1e9)", o->name,
+                    val);
         break;
     case OPT_ORDER:
         if (!strcmp(val, "max"))
@@ -227,7 +237,7 @@ static void apply(mt_trainer_config *cfg, const opt_def *o, const char *val, int
         break;
     case OPT_VERBOSE: {
         int v;
-        if (parse_int(val, &v) || v < 0 || v > 2)
+        if (mt__parse_int(what, val, 0, 2, &v))
             problem(n, "option --%s: '%s' is not 0, 1 or 2", o->name, val);
         else
             *(int *)field = v == 0 ? MT_VERBOSE_SILENT : v;
@@ -265,7 +275,8 @@ int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv)
         cfg->run.name = env;
     if ((env = getenv("MT_STORAGE_PATH")) && *env)
         cfg->run.storage_path = env;
-    int n = 0, out = 1;
+    problems n = {.n = 0};
+    int out = 1;
     char **av = *argv;
     int ac = *argc;
     for (int i = 1; i < ac; i++) {
@@ -303,5 +314,5 @@ int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv)
     for (int i = out; i < ac; i++)
         av[i] = NULL;
     *argc = out;
-    return n ? MT_EINVAL : MT_OK;
+    return finish(&n);
 }

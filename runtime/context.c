@@ -29,27 +29,38 @@ MPI_Comm mt__world(void)
     return job_world != MPI_COMM_NULL ? job_world : MPI_COMM_WORLD;
 }
 
+/* MPI may be asked: initialised and not finalised yet. */
+static bool mpi_up(void)
+{
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    return init && !fin;
+}
+
 int mt_job_rank(void)
 {
-    int r = 0, init = 0;
-    MPI_Initialized(&init);
-    if (init)
+    int r = 0;
+    if (mpi_up())
         MPI_Comm_rank(mt__world(), &r);
     return r;
 }
 
 int mt_job_size(void)
 {
-    int n = 1, init = 0;
-    MPI_Initialized(&init);
-    if (init)
+    int n = 1;
+    if (mpi_up())
         MPI_Comm_size(mt__world(), &n);
     return n;
 }
 
 int mt_init(int *argc, char ***argv)
 {
-    int rc = MT_OK, init = 0, provided = 0;
+    int rc = MT_OK, init = 0, provided = 0, fin = 0;
+    MPI_Finalized(&fin);
+    if (fin)
+        return mt__error(MT_EINVAL, "mt_init: MPI was finalised already (after mt_finalize "
+                                    "it cannot start again in this process)");
     /* what a launcher leaves in the environment (read before MPI_Init adds its own) */
     launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
                getenv("PMI_RANK") || getenv("SLURM_STEP_ID");
@@ -105,6 +116,9 @@ out:
 int mt_finalize(void)
 {
     int rc = MT_OK, fin = 0;
+    if (mt__fit_running())
+        return mt__error(MT_EINVAL, "mt_finalize: a fit is running (called from the training "
+                                    "function?); finalise after fit returns");
     if (job_world != MPI_COMM_NULL)
         MPI_Comm_free(&job_world);
     if (family != MPI_COMM_NULL)
@@ -153,6 +167,8 @@ int mt__context_create(mt_context **out, MPI_Comm world)
     if (rc)
         goto fail;
     c->num_cpus = mt__affinity_cpus(NULL, 0);
+    if ((rc = mt__live_add(c, MT__LIVE_CONTEXT))) /* after the collectives: local */
+        goto fail;
     *out = c;
     return MT_OK;
 fail:
@@ -165,8 +181,15 @@ void mt__context_destroy(mt_context **cp)
     if (!cp || !*cp)
         return;
     mt_context *c = *cp;
+    mt__live_remove(c); /* from now on the public calls refuse it */
     if (current == c)
         current = NULL;
+    for (int i = 0; i < c->nfusions; i++) /* the ones the program still holds */
+        if (mt__live(c->fusions[i], MT__LIVE_FUSION)) {
+            mt__fusion_orphan(c->fusions[i]);
+            mt__live_remove(c->fusions[i]);
+        }
+    free(c->fusions);
     mt__shards_close(c);
     mt__checkpoint_release(c);
     mt__comm_destroy(&c->comm);
@@ -186,22 +209,35 @@ mt_context *mt_get_context(void)
     return current;
 }
 
-int mt_world_size(const mt_context *c) { return c ? c->world_size : 0; }
-int mt_world_rank(const mt_context *c) { return c ? c->world_rank : -1; }
-int mt_local_rank(const mt_context *c) { return c ? c->topo.local_rank : -1; }
-int mt_local_world_size(const mt_context *c) { return c ? c->topo.local_size : 0; }
-int mt_node_rank(const mt_context *c) { return c ? c->topo.node_rank : -1; }
-int mt_num_cpus(const mt_context *c) { return c ? c->num_cpus : 0; }
-int mt_attempt(const mt_context *c) { return c ? c->attempt : -1; }
-const char *mt_experiment_name(const mt_context *c) { return c ? c->name : NULL; }
-const char *mt_run_dir(const mt_context *c) { return c ? c->run_dir : NULL; }
-MPI_Comm mt_comm(const mt_context *c) { return c ? c->comm->comm : MPI_COMM_NULL; }
+bool mt__ctx_ok(const mt_context *c, const char *fn)
+{
+    if (c && mt__live(c, MT__LIVE_CONTEXT))
+        return true;
+    mt__error(MT_EINVAL, "%s: %s", fn,
+              c ? "not a live context: a context belongs to the fit running it and ends when "
+                  "fit returns (keep none past fit; mt_get_context gives the current one)"
+                : "context is NULL");
+    return false;
+}
+
+#define GET(fn, what, none) return mt__ctx_ok(c, #fn) ? (what) : (none)
+int mt_world_size(const mt_context *c) { GET(mt_world_size, c->world_size, 0); }
+int mt_world_rank(const mt_context *c) { GET(mt_world_rank, c->world_rank, -1); }
+int mt_local_rank(const mt_context *c) { GET(mt_local_rank, c->topo.local_rank, -1); }
+int mt_local_world_size(const mt_context *c) { GET(mt_local_world_size, c->topo.local_size, 0); }
+int mt_node_rank(const mt_context *c) { GET(mt_node_rank, c->topo.node_rank, -1); }
+int mt_num_cpus(const mt_context *c) { GET(mt_num_cpus, c->num_cpus, 0); }
+int mt_attempt(const mt_context *c) { GET(mt_attempt, c->attempt, -1); }
+const char *mt_experiment_name(const mt_context *c) { GET(mt_experiment_name, c->name, NULL); }
+const char *mt_run_dir(const mt_context *c) { GET(mt_run_dir, c->run_dir, NULL); }
+MPI_Comm mt_comm(const mt_context *c) { GET(mt_comm, c->comm->comm, MPI_COMM_NULL); }
+#undef GET
 
 /* ------------------------------------------------ collectives on a context */
 
 #define NEED_CTX(fn)                                                          \
-    if (!c)                                                                   \
-        return mt__error(MT_EINVAL, fn ": context is NULL");
+    if (!mt__ctx_ok(c, fn))                                                   \
+        return MT_EINVAL;
 
 int mt_allreduce(mt_context *c, void *buf, size_t count, mt_dtype t, mt_op op)
 {
@@ -230,5 +266,14 @@ int mt_barrier(mt_context *c)
 int mt_fusion_create(mt_context *c, size_t bucket_bytes, mt_fusion **out)
 {
     NEED_CTX("mt_fusion_create");
-    return mt__fusion_create(c->comm, bucket_bytes, out);
+    mt_fusion **grown = realloc(c->fusions, (size_t)(c->nfusions + 1) * sizeof *grown);
+    if (!grown)
+        return mt__error(MT_ENOMEM, "out of memory creating a fusion");
+    c->fusions = grown;
+    int rc = mt__fusion_create(c->comm, bucket_bytes, out);
+    if (!rc && (rc = mt__live_add(*out, MT__LIVE_FUSION)))
+        mt_fusion_destroy(out);
+    if (!rc)
+        c->fusions[c->nfusions++] = *out;
+    return rc;
 }

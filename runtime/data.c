@@ -58,6 +58,7 @@ struct mt_shard {
     /* the epoch */
     bool in_epoch;
     mt_iter_options opt;
+    int64_t bs;             /* rows per batch: opt.batch_size, at most the shard's rows */
     int epoch;
     mt__run *runs;          /* this rank's rows in epoch order */
     int nruns;
@@ -109,13 +110,25 @@ static bool is_split(const mt_data_config *d, const char *name)
     return false;
 }
 
-/* Rows of a block: about 1 MiB, and at least 16 blocks per rank when rows allow. */
+/* The epoch plan's memory does not grow with the rows: at most MAX_PLAN_BLOCKS blocks,
+ * so a shard's plan holds at most 2^20 block numbers (8 MiB) and 2^20 + 2 runs (16 MiB),
+ * and reading a window adds at most as many runs again (16 MiB, freed after the read):
+ * at most 40 MiB per shard and rank whatever a file claims (a dataset of 2^50 rows
+ * included). Past 2^20 blocks (about 1 TiB at the usual 1 MiB blocks) blocks grow
+ * instead. */
+#define MAX_PLAN_BLOCKS ((int64_t)1 << 20)
+
+/* Rows of a block: about 1 MiB, and at least 16 blocks per rank when rows allow; never
+ * more than MAX_PLAN_BLOCKS blocks. */
 static int64_t block_rows(const mt_shard *s)
 {
     int64_t n = s->g->rows, p = s->split ? s->ctx->world_size : 1;
     int64_t by_bytes = (int64_t)((1u << 20) / (s->row_bytes ? s->row_bytes : 1));
     int64_t by_count = n / (16 * p);
     int64_t b = by_bytes < by_count ? by_bytes : by_count;
+    int64_t least = (n + MAX_PLAN_BLOCKS - 1) / MAX_PLAN_BLOCKS;
+    if (b < least)
+        b = least;
     return b > 0 ? b : 1;
 }
 
@@ -272,19 +285,24 @@ static int alloc_windows(mt_shard *s)
 {
     int nc = s->g->ncols, sets = s->nwindows > 1 ? 2 : 1;
     if (s->win[0].cols && s->alloc_W == s->W && s->alloc_sets == sets &&
-        s->alloc_bs == (int64_t)s->opt.batch_size)
+        s->alloc_bs == s->bs)
         return MT_OK;
     free_windows(s);
     s->alloc_W = s->W;
     s->alloc_sets = sets;
-    s->alloc_bs = (int64_t)s->opt.batch_size;
+    s->alloc_bs = s->bs;
     for (int i = 0; i < sets; i++) {
         s->win[i].cols = calloc((size_t)nc, sizeof(void *));
         if (!s->win[i].cols)
             return mt__error(MT_ENOMEM, "out of memory for %s", s->name);
         for (int c = 0; c < nc; c++) {
             const mt__column *col = &s->g->cols[c];
-            size_t bytes = (size_t)s->W * col->row_elems * mt_dtype_size(s->mem[c]);
+            size_t bytes;
+            if (__builtin_mul_overflow((size_t)s->W, col->row_elems * mt_dtype_size(s->mem[c]),
+                                       &bytes))
+                return mt__error(MT_ENOMEM, "a window of %s (%lld rows of column %s) is larger "
+                                 "than memory can address", s->name, (long long)s->W,
+                                 col->name);
             if (!(s->win[i].cols[c] = malloc(bytes ? bytes : 1)))
                 return mt__error(MT_ENOMEM, "out of memory for a window of %s (%zu bytes)",
                                  s->name, bytes);
@@ -345,6 +363,8 @@ static void shard_free(mt_shard *s)
 {
     if (!s)
         return;
+    mt__live_remove(s);
+    mt__live_remove(&s->batch);
     if (s->g)
         free_windows(s);
     mt__h5group_close(&s->g);
@@ -372,21 +392,19 @@ static const mt__dataset_spec *find_spec(const mt_context *c, const char *name)
     return NULL;
 }
 
+/* Straight to stdout, whatever the names' lengths (no buffer to outgrow). */
 static void describe(const mt_shard *s)
 {
-    char cols[1024];
-    size_t n = 0;
-    for (int i = 0; i < s->g->ncols && n < sizeof cols - 64; i++) {
+    printf("mpitrain: dataset %s: %s:%s, %lld rows, columns ", s->name, s->g->file,
+           s->g->group, (long long)s->g->rows);
+    for (int i = 0; i < s->g->ncols; i++) {
         const mt__column *c = &s->g->cols[i];
-        n += (size_t)snprintf(cols + n, sizeof cols - n, "%s%s (", i ? ", " : "", c->name);
+        printf("%s%s (", i ? ", " : "", c->name);
         for (int d = 1; d < c->ndim; d++)
-            n += (size_t)snprintf(cols + n, sizeof cols - n, "%s%llu", d > 1 ? "x" : "",
-                                  (unsigned long long)c->dims[d]);
-        n += (size_t)snprintf(cols + n, sizeof cols - n, "%s%s)", c->ndim > 1 ? " " : "",
-                              mt__dtype_name(c->dtype));
+            printf("%s%llu", d > 1 ? "x" : "", (unsigned long long)c->dims[d]);
+        printf("%s%s)", c->ndim > 1 ? " " : "", mt__dtype_name(c->dtype));
     }
-    printf("mpitrain: dataset %s: %s:%s, %lld rows, columns %s; ", s->name, s->g->file,
-           s->g->group, (long long)s->g->rows, cols);
+    printf("; ");
     if (s->split)
         printf("split over %d ranks: %lld rows each, %lld dropped\n", s->ctx->world_size,
                (long long)s->rows, (long long)s->dropped);
@@ -402,7 +420,7 @@ static bool want_readahead(const mt_context *c)
 {
     const char *env = getenv("MT_IO_READAHEAD");
     if (env && *env)
-        return strcmp(env, "0") != 0;
+        return mt__env_knob_bool("MT_IO_READAHEAD", true);
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int per_rank = c->num_cpus;
     if (online > 0 && c->num_cpus >= online) /* not bound: the node's CPUs are shared */
@@ -456,21 +474,37 @@ static int open_shard(mt_context *c, const mt__dataset_spec *spec, mt_shard **ou
     return MT_OK;
 }
 
+/* A shard (or batch) the running fit owns: shards end with the fit that opened them. */
+static bool shard_ok(const mt_shard *s, const char *fn)
+{
+    if (s && mt__live(s, MT__LIVE_SHARD))
+        return true;
+    mt__error(MT_EINVAL, "%s: %s", fn, s ? "not a live shard: shards belong to the fit that "
+                                           "opened them and end when it returns"
+                                         : "shard is NULL");
+    return false;
+}
+
 int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out)
 {
-    if (!c || !out)
+    if (!mt__ctx_ok(c, "mt_get_dataset_shard"))
+        return MT_EINVAL;
+    if (!out)
         return mt__error(MT_EINVAL, "mt_get_dataset_shard: NULL argument");
     *out = NULL;
     const mt__dataset_spec *spec = name ? find_spec(c, name) : NULL;
     int rc = MT_OK;
     if (!spec) {
-        char known[512] = "";
-        size_t n = 0;
-        for (int i = 0; i < c->nspecs && n < sizeof known - 64; i++)
-            n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "",
-                                  c->specs[i].name);
+        char *known = NULL;
+        size_t len = 0;
+        FILE *k = open_memstream(&known, &len); /* any number of names, any lengths */
+        for (int i = 0; k && i < c->nspecs; i++)
+            fprintf(k, "%s%s", i ? ", " : "", c->specs[i].name);
+        if (k)
+            fclose(k);
         rc = mt__error(MT_ENOTFOUND, "no dataset named '%s' (registered: %s)",
-                       name ? name : "(null)", n ? known : "none");
+                       name ? name : "(null)", known && *known ? known : "none");
+        free(known);
     }
     for (int i = 0; !rc && i < c->nshards; i++)
         if (!strcmp(c->shards[i]->name, name)) {
@@ -489,7 +523,9 @@ int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out)
     if (rc)
         return rc;
     mt_shard **grown = realloc(c->shards, (size_t)(c->nshards + 1) * sizeof *grown);
-    if (!grown) {
+    if (!grown || mt__live_add(s, MT__LIVE_SHARD) || mt__live_add(&s->batch, MT__LIVE_BATCH)) {
+        if (grown)
+            c->shards = grown;
         shard_free(s);
         return mt__error(MT_ENOMEM, "out of memory keeping a shard");
     }
@@ -499,13 +535,20 @@ int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out)
     return MT_OK;
 }
 
-int64_t mt_shard_rows(const mt_shard *s) { return s ? s->rows : 0; }
-int64_t mt_shard_dropped_rows(const mt_shard *s) { return s ? s->dropped : 0; }
-int mt_shard_num_columns(const mt_shard *s) { return s ? s->g->ncols : 0; }
+int64_t mt_shard_rows(const mt_shard *s) { return shard_ok(s, "mt_shard_rows") ? s->rows : 0; }
+int64_t mt_shard_dropped_rows(const mt_shard *s)
+{
+    return shard_ok(s, "mt_shard_dropped_rows") ? s->dropped : 0;
+}
+int mt_shard_num_columns(const mt_shard *s)
+{
+    return shard_ok(s, "mt_shard_num_columns") ? s->g->ncols : 0;
+}
 
 const char *mt_shard_column_name(const mt_shard *s, int i)
 {
-    return s && i >= 0 && i < s->g->ncols ? s->g->cols[i].name : NULL;
+    return shard_ok(s, "mt_shard_column_name") && i >= 0 && i < s->g->ncols ? s->g->cols[i].name
+                                                                           : NULL;
 }
 
 static int column_index(const mt_shard *s, const char *column)
@@ -519,8 +562,8 @@ static int column_index(const mt_shard *s, const char *column)
 int mt_shard_column_shape(const mt_shard *s, const char *column, int *ndim, size_t dims[8],
                           mt_dtype *stored)
 {
-    if (!s)
-        return mt__error(MT_EINVAL, "mt_shard_column_shape: shard is NULL");
+    if (!shard_ok(s, "mt_shard_column_shape"))
+        return MT_EINVAL;
     int i = column_index(s, column);
     if (i < 0)
         return mt__error(MT_ENOTFOUND, "dataset %s has no column '%s'", s->name,
@@ -540,8 +583,8 @@ int mt_shard_column_shape(const mt_shard *s, const char *column, int *ndim, size
 
 int mt_shard_set_column_dtype(mt_shard *s, const char *column, mt_dtype as)
 {
-    if (!s)
-        return mt__error(MT_EINVAL, "mt_shard_set_column_dtype: shard is NULL");
+    if (!shard_ok(s, "mt_shard_set_column_dtype"))
+        return MT_EINVAL;
     int i = column_index(s, column);
     if (i < 0)
         return mt__error(MT_ENOTFOUND, "dataset %s has no column '%s'", s->name,
@@ -555,8 +598,8 @@ int mt_shard_set_column_dtype(mt_shard *s, const char *column, mt_dtype as)
 
 int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
 {
-    if (!s)
-        return mt__error(MT_EINVAL, "mt_shard_begin_epoch: shard is NULL");
+    if (!shard_ok(s, "mt_shard_begin_epoch"))
+        return MT_EINVAL;
     mt_iter_options opt = o ? *o : (mt_iter_options){0};
     if (!opt.batch_size)
         opt.batch_size = 32;
@@ -576,8 +619,15 @@ int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
     s->in_epoch = false;
     s->opt = opt;
     s->epoch = epoch;
-    int64_t bs = (int64_t)opt.batch_size;
-    int64_t batches = opt.drop_last ? s->rows / bs : (s->rows + bs - 1) / bs;
+    /* any batch_size up to SIZE_MAX: counted in unsigned arithmetic, and a batch never
+     * holds more rows than the shard, so nothing is sized by the request itself */
+    uint64_t req = opt.batch_size, rows = (uint64_t)s->rows;
+    int64_t batches = (int64_t)(opt.drop_last ? rows / req : rows / req + (rows % req != 0));
+    int64_t bs = req < rows ? (int64_t)req : s->rows;
+    s->bs = bs;
+    if (!rc && bs > (int64_t)UINT32_MAX)
+        rc = mt__error(MT_EINVAL, "mt_shard_begin_epoch: %s: batch_size %zu: a batch of more "
+                       "than %u rows is not supported", s->name, opt.batch_size, UINT32_MAX);
     if (!rc) {
         /* one window when the shard fits the limit, else windows of about half of it */
         int64_t fit = (int64_t)(s->memory_limit / (s->mem_row_bytes ? s->mem_row_bytes : 1));
@@ -610,7 +660,9 @@ int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
 
 int mt_shard_next(mt_shard *s, const mt_batch **out)
 {
-    if (!s || !out)
+    if (!shard_ok(s, "mt_shard_next"))
+        return MT_EINVAL;
+    if (!out)
         return mt__error(MT_EINVAL, "mt_shard_next: NULL argument");
     *out = NULL;
     if (!s->in_epoch)
@@ -631,7 +683,7 @@ int mt_shard_next(mt_shard *s, const mt_batch **out)
     mt_batch *b = &s->batch;
     int64_t left = w->rows - s->next_row;
     b->first = (size_t)s->next_row;
-    b->rows = (size_t)(left < (int64_t)s->opt.batch_size ? left : (int64_t)s->opt.batch_size);
+    b->rows = (size_t)(left < s->bs ? left : s->bs);
     memset(b->have_gathered, 0, (size_t)s->g->ncols * sizeof(bool));
     memset(b->have_conv, 0, (size_t)s->g->ncols * 5 * sizeof(bool));
     s->next_row += (int64_t)b->rows;
@@ -642,13 +694,18 @@ int mt_shard_next(mt_shard *s, const mt_batch **out)
 
 size_t mt_batch_rows(const mt_batch *b)
 {
-    return b ? b->rows : 0;
+    if (!b || !mt__live(b, MT__LIVE_BATCH)) {
+        mt__error(MT_EINVAL, "mt_batch_rows: %s", b ? "not a live batch" : "batch is NULL");
+        return 0;
+    }
+    return b->rows;
 }
 
 const void *mt_batch_column(const mt_batch *cb, const char *column, mt_dtype as)
 {
-    if (!cb) {
-        mt__error(MT_EINVAL, "mt_batch_column: batch is NULL");
+    if (!cb || !mt__live(cb, MT__LIVE_BATCH)) {
+        mt__error(MT_EINVAL, "mt_batch_column: %s", cb ? "not a live batch: batches belong to "
+                             "their shard, which ends when fit returns" : "batch is NULL");
         return NULL;
     }
     mt_batch *b = (mt_batch *)cb; /* the batch caches conversions; it is the shard's own */
@@ -670,7 +727,7 @@ const void *mt_batch_column(const mt_batch *cb, const char *column, mt_dtype as)
     if (s->opt.shuffle) {
         if (!b->have_gathered[c]) {
             if (!b->gathered[c] &&
-                !(b->gathered[c] = malloc(s->opt.batch_size * re * es + 1))) {
+                !(b->gathered[c] = malloc((size_t)s->bs * re * es + 1))) {
                 mt__error(MT_ENOMEM, "out of memory for a batch of %s", s->name);
                 return NULL;
             }
@@ -687,7 +744,7 @@ const void *mt_batch_column(const mt_batch *cb, const char *column, mt_dtype as)
     int k = c * 5 + ((int)as - 1);
     if (!b->have_conv[k]) {
         if (!b->conv[k] &&
-            !(b->conv[k] = malloc(s->opt.batch_size * re * mt_dtype_size(as) + 1))) {
+            !(b->conv[k] = malloc((size_t)s->bs * re * mt_dtype_size(as) + 1))) {
             mt__error(MT_ENOMEM, "out of memory converting a batch of %s", s->name);
             return NULL;
         }

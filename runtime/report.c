@@ -17,7 +17,7 @@
 
 bool mt_should_checkpoint(const mt_context *c)
 {
-    if (!c)
+    if (!mt__ctx_ok(c, "mt_should_checkpoint"))
         return false;
     if (c->stop)
         return true;
@@ -30,7 +30,7 @@ bool mt_should_checkpoint(const mt_context *c)
 
 void mt_set_total_iterations(mt_context *c, int64_t n)
 {
-    if (c)
+    if (mt__ctx_ok(c, "mt_set_total_iterations"))
         c->total_iterations = n;
 }
 
@@ -126,14 +126,16 @@ static void print_line(const mt_context *c, const mt_metrics *row, int64_t itera
 
 int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
 {
-    if (!c)
-        return mt__error(MT_EINVAL, "mt_report: context is NULL");
+    if (!mt__ctx_ok(c, "mt_report"))
+        return MT_EINVAL;
     char *enc = NULL;
     size_t len = 0;
     /* a reserved key would replace an automatic one in the row: every rank's error */
     int status = mt__metrics_check_user(m);
     if (!status)
         status = mt__metrics_encode(m, &enc, &len);
+    if (!status && ck && !mt__live(ck, MT__LIVE_CHECKPOINT)) /* one rank's: agreed below */
+        status = mt__error(MT_EINVAL, "mt_report: the checkpoint was freed already");
     int64_t shared[2] = {mt__stop_signalled(), (int64_t)len}; /* stop request, longest */
     mt__call call;
     mt__call_init(&call, MT__CALL_REPORT, 0, ck != NULL, 0);

@@ -154,6 +154,9 @@ int mt_result_load(const char *dir, mt_result **out)
     if (!dir || !out)
         return mt__error(MT_EINVAL, "mt_result_load: NULL argument");
     *out = NULL;
+    if (strlen(dir) > MT__DIR_MAX) /* paths under it would be cut short */
+        return mt__error(MT_EINVAL, "mt_result_load: the run directory's path is %zu bytes "
+                                    "(at most %d)", strlen(dir), MT__DIR_MAX);
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
     json_error_t err;

@@ -64,7 +64,10 @@ int mt__fsync_dir(const char *path)
 
 int mt__rmtree(const char *path)
 {
-    DIR *d = opendir(path);
+    /* a symbolic link is removed, never followed: a link in a run directory must not
+     * take the files it points at with it */
+    struct stat top;
+    DIR *d = lstat(path, &top) == 0 && S_ISDIR(top.st_mode) ? opendir(path) : NULL;
     if (!d)
         return unlink(path) == 0 || errno == ENOENT
                    ? MT_OK
@@ -263,6 +266,21 @@ int mt__run_save(const mt__rundir *r)
     return rc;
 }
 
+/* A checkpoint entry's name is a folder of this run directory that may be opened, resumed
+ * from and deleted: only the names commits make (checkpoint_ and at least six digits)
+ * are accepted, so "../victim" in a damaged or hostile run.json is a corrupt file, not
+ * a path outside the run. */
+static bool stored_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n < 17 || n >= sizeof ((mt__kept *)0)->name || strncmp(name, "checkpoint_", 11))
+        return false;
+    for (const char *p = name + 11; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    return true;
+}
+
 int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where)
 {
     const char *status = NULL, *latest = NULL;
@@ -277,6 +295,18 @@ int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where)
         !json_is_array(kept))
         return mt__error(MT_EFORMAT, "%s: not a run state file (%s)", where, err.text);
     latest = json_is_string(latest_j) ? json_string_value(latest_j) : NULL;
+    static const char *statuses[] = {"running", "finished", "failed", "preempted", NULL};
+    int known = 0;
+    while (statuses[known] && strcmp(statuses[known], status))
+        known++;
+    if (!statuses[known] || r->attempts < 0 || r->failures < 0 || next < 0 || iter < 0)
+        return mt__error(MT_EFORMAT, "%s: corrupt run state (status \"%.32s\", attempts %d, "
+                         "failures %d, next_checkpoint_index %lld, training_iteration %lld)",
+                         where, status, r->attempts, r->failures, (long long)next,
+                         (long long)iter);
+    if (latest_j && !json_is_null(latest_j) && (!latest || !stored_name_ok(latest)))
+        return mt__error(MT_EFORMAT, "%s: corrupt run state: \"latest\" is not a checkpoint "
+                                     "folder name", where);
     snprintf(r->status, sizeof r->status, "%s", status);
     r->next_index = next;
     r->iteration = iter;
@@ -293,6 +323,14 @@ int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where)
         if (json_unpack(e, "{s:s, s:I, s:I, s:o}", "name", &name, "index", &index,
                         "training_iteration", &it, "metrics", &m) != 0)
             return mt__error(MT_EFORMAT, "%s: checkpoint entry %zu is malformed", where, i);
+        bool dup = false;
+        for (int d = 0; d < r->nkept && !dup; d++)
+            dup = !strcmp(r->kept[d].name, name);
+        if (!stored_name_ok(name) || dup || index < 0)
+            return mt__error(MT_EFORMAT, "%s: checkpoint entry %zu: %s \"%.64s\" (a checkpoint "
+                             "is a folder named checkpoint_NNNNNN inside the run directory, "
+                             "listed once); nothing outside the run is read or deleted", where,
+                             i, dup ? "listed twice:" : "not a checkpoint folder name", name);
         mt__kept *k = &r->kept[r->nkept++];
         snprintf(k->name, sizeof k->name, "%s", name);
         k->index = index;

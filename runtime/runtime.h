@@ -13,6 +13,10 @@
 #include <signal.h>
 
 #define MT__NAME_MAX 200
+/* Longest storage path or run directory: every path made under it (checkpoint folders,
+ * rank folders, file names of MT__NAME_MAX bytes) stays under PATH_MAX, so no snprintf'd
+ * path is ever cut short into a different one. */
+#define MT__DIR_MAX 3500
 
 typedef struct {
     char *name, *file, *group;
@@ -182,6 +186,8 @@ struct mt_context {
     bool stopped_after_ckpt;
     mt_checkpoint *restored;       /* the checkpoint this attempt resumed from */
     mt_metrics *last_metrics;      /* rank 0's last report, with automatic keys (rank 0) */
+    mt_fusion **fusions;           /* made on this context: orphaned when it ends */
+    int nfusions;
 };
 
 /* The job's world: MPI_COMM_WORLD, or parent and children merged in spawn mode. */
@@ -193,6 +199,11 @@ int mt__spawn(int workers);
 /* Collective over world: a context with a private communicator and the topology. */
 int mt__context_create(mt_context **out, MPI_Comm world);
 void mt__context_destroy(mt_context **c);
+/* mt_trainer_fit is running in this process. */
+bool mt__fit_running(void);
+/* c is a context a fit is running now (contexts end when fit returns); otherwise records
+ * MT_EINVAL naming fn and returns false. Never reads *c unless it is live. */
+bool mt__ctx_ok(const mt_context *c, const char *fn);
 /* Make c the calling thread's current context (NULL to clear). */
 void mt__context_set_current(mt_context *c);
 
@@ -202,6 +213,9 @@ void mt__checkpoint_release(mt_context *c); /* the staging buffer */
 
 /* CPUs in the calling thread's affinity mask (1 when it cannot be read). */
 int mt__affinity_cpus(char *list, size_t list_len);
+
+/* Local. Every environment knob parses and is in range; MT_EINVAL listing the bad ones. */
+int mt__env_validate(void);
 
 /* $HOME/mpitrain_results (or ./mpitrain_results without HOME). */
 const char *mt__default_storage_path(void);

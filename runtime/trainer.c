@@ -27,7 +27,17 @@ struct mt_trainer {
     char **split;
     mt__dataset_spec *specs;
     int nspecs;
+    bool fitting;          /* inside mt_trainer_fit: the trainer must not change or go */
 };
+
+/* A fit is running in this process (fit is collective over the whole job: one at a time,
+ * and never from inside a training function). */
+static _Atomic int fits_running;
+
+bool mt__fit_running(void)
+{
+    return fits_running > 0;
+}
 
 static char **copy_names(const char *const *names)
 {
@@ -88,6 +98,12 @@ void mt_trainer_destroy(mt_trainer **tp)
     if (!tp || !*tp)
         return;
     mt_trainer *t = *tp;
+    if (t->fitting) { /* the running fit still uses it: refusing beats a use after free */
+        mt__error(MT_EINVAL, "mt_trainer_destroy: the trainer's fit is running (called from "
+                             "the training function?); destroy it after fit returns");
+        fprintf(stderr, "mpitrain: %s\n", mt_last_error());
+        return;
+    }
     if (t->free_arg)
         t->free_arg(t->arg);
     free(t->name);
@@ -113,6 +129,9 @@ int mt_trainer_add_dataset(mt_trainer *t, const char *name, const char *h5_file,
     if (!t || !name || !*name || !h5_file || !*h5_file || !h5_group || !*h5_group)
         return mt__error(MT_EINVAL, "mt_trainer_add_dataset: trainer, name, file and group "
                                     "must be given");
+    if (t->fitting)
+        return mt__error(MT_EINVAL, "mt_trainer_add_dataset: the trainer's fit is running; "
+                                    "add datasets before mt_trainer_fit");
     for (int i = 0; i < t->nspecs; i++)
         if (!strcmp(t->specs[i].name, name))
             return mt__error(MT_EINVAL, "mt_trainer_add_dataset: dataset '%s' is already "
@@ -140,6 +159,8 @@ int mt_trainer_add_dataset(mt_trainer *t, const char *name, const char *h5_file,
 static int check_setup(const mt_trainer *t, const mt_context *ctx)
 {
     int rc = mt_config_validate(&t->cfg);
+    if (!rc)
+        rc = mt__env_validate();
     if (rc)
         return rc;
     int want = t->cfg.scaling.num_workers;
@@ -339,7 +360,7 @@ static int apply_resume(mt_context *ctx, json_t *info)
 
 const mt_checkpoint *mt_get_checkpoint(mt_context *c)
 {
-    return c ? c->restored : NULL;
+    return mt__ctx_ok(c, "mt_get_checkpoint") ? c->restored : NULL;
 }
 
 /* Rank 0: the run's final state; error.txt on failure. */
@@ -388,18 +409,39 @@ static bool may_retry(const mt_trainer *t, int failures)
     return max == -1 || failures < max;
 }
 
+static int fit(mt_trainer *t, mt_result **out);
+
 int mt_trainer_fit(mt_trainer *t, mt_result **out)
 {
     int rc, init = 0;
-    mt__winner who = {.rank = -1};
-    mt_context *ctx = NULL;
     if (out)
         *out = NULL;
     if (!t)
         return mt__error(MT_EINVAL, "mt_trainer_fit: trainer is NULL");
+    if (fits_running)
+        return mt__error(MT_EINVAL, "mt_trainer_fit: a fit is running already (called from "
+                                    "inside the training function?); fits run one at a time");
     MPI_Initialized(&init);
     if (!init)
         return mt__error(MT_EINVAL, "mt_trainer_fit: MPI is not initialised; call mt_init first");
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin)
+        return mt__error(MT_EINVAL, "mt_trainer_fit: MPI was finalised (mt_finalize); fit "
+                                    "must come before it");
+    fits_running++;
+    t->fitting = true;
+    rc = fit(t, out);
+    t->fitting = false;
+    fits_running--;
+    return rc;
+}
+
+static int fit(mt_trainer *t, mt_result **out)
+{
+    int rc;
+    mt__winner who = {.rank = -1};
+    mt_context *ctx = NULL;
     rc = mt__spawn(t->cfg.scaling.num_workers);
     if (rc)
         return rc; /* the spawn failed: this process is alone */

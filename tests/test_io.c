@@ -5,9 +5,10 @@
  */
 #include "harness.h"
 
-#include "../io/io.h"
+#include "../runtime/runtime.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -221,7 +222,7 @@ static void test_csv_malformed(void)
     snprintf(csv, sizeof csv, "%s", tmp("bad.csv"));
     struct { const char *text, *label, *msg; int code; } cases[] = {
         {"a,b,label\n1,2,3\n4,5\n", "label", "bad.csv: line 3: 2 fields, the header has 3", MT_EFORMAT},
-        {"a,b,label\n1,2,3\n4,x5,6\n", "label", "bad.csv: line 3, column 2 (feature): 'x5' is not a number", MT_EFORMAT},
+        {"a,b,label\n1,2,3\n4,x5,6\n", "label", "bad.csv: line 3, column 2 (b): 'x5' is not a number", MT_EFORMAT},
         {"a,b,label\n1,2,cat\n", "label", "line 2, column 3 (label): 'cat' is not a number", MT_EFORMAT},
         {"a,b,c\n1,2,3\n", "label", "bad.csv: line 1: no column named 'label'", MT_EINVAL},
         {"", "label", "bad.csv: line 1: no header row", MT_EFORMAT},
@@ -235,6 +236,292 @@ static void test_csv_malformed(void)
     }
     CU_ASSERT(access(tmp("never.h5"), F_OK) != 0);
     MT_ASSERT_INT_EQ(mt__import_csv(tmp("missing.csv"), "y", tmp("never.h5"), "/t", NULL), MT_ENOTFOUND);
+}
+
+
+
+/* An IDX header that lies: dimensions whose product overflows (it imported as "65536
+ * rows" from a 2 KB file), a size the file does not have, zero rows, a zero-sized row,
+ * data past the announced end; plain and gzip. Each is MT_EFORMAT naming the file. */
+static void write_idx_header(const char *file, const uint32_t *dims, int nd, size_t data,
+                             bool gz)
+{
+    size_t len = 4 + 4 * (size_t)nd + data;
+    unsigned char *b = calloc(len, 1);
+    b[2] = 0x08;
+    b[3] = (unsigned char)nd;
+    for (int d = 0; d < nd; d++)
+        put_be32(b + 4 + 4 * d, dims[d]);
+    if (gz) {
+        gzFile z = gzopen(file, "wb");
+        gzwrite(z, b, (unsigned)len);
+        gzclose(z);
+    } else {
+        FILE *f = fopen(file, "wb");
+        fwrite(b, 1, len, f);
+        fclose(f);
+    }
+    free(b);
+}
+
+static void test_idx_headers_that_lie(void)
+{
+    struct { uint32_t dims[4]; int nd; size_t data; const char *msg; } cases[] = {
+        {{65536, 65536, 65536, 65536}, 4, 2000, "multiply past what memory can hold"},
+        {{65536, 65536, 65536}, 3, 2000, "bytes of data after byte 16"},
+        {{0, 28, 28}, 3, 0, "dimension 0 (byte 4) is 0: no rows to import"},
+        {{5, 0}, 2, 0, "dimension 1 (byte 8) is 0: rows of no elements"},
+        {{4, 2}, 2, 9, "8 bytes"},
+        {{4, 2}, 2, 7, "8 bytes"},
+    };
+    for (int gz = 0; gz < 2; gz++)
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+            char file[512];
+            snprintf(file, sizeof file, "%s", tmp(gz ? "lie.idx.gz" : "lie.idx"));
+            write_idx_header(file, cases[i].dims, cases[i].nd, cases[i].data, gz);
+            mt__import_stats st = {0};
+            MT_ASSERT_INT_EQ(mt__import_idx(file, NULL, tmp("lie.h5"), "/t", &st), MT_EFORMAT);
+            MT_ASSERT_STR_CONTAINS(mt_last_error(), gz ? "lie.idx.gz: " : "lie.idx: ");
+            if (!gz || i != 1) /* gzip: the size is learnt by reading, the message differs */
+                MT_ASSERT_STR_CONTAINS(mt_last_error(), cases[i].msg);
+            MT_ASSERT_INT_EQ(st.rows, 0);
+            CU_ASSERT(access(tmp("lie.h5"), F_OK) != 0);
+        }
+    /* exactly what the header says: fine, and 8-dimensional shapes are summarised whole */
+    uint32_t dims[8] = {2, 1000000, 1, 1, 1, 1, 1, 1};
+    write_idx_header(tmp("ok.idx"), dims, 8, 2000000, false);
+    mt__import_stats st = {0};
+    MT_ASSERT_INT_EQ(mt__import_idx(tmp("ok.idx"), NULL, tmp("ok.h5"), "/t", &st), MT_OK);
+    MT_ASSERT_INT_EQ(st.rows, 2);
+    MT_ASSERT_STR_CONTAINS(st.summary, "x 2x1000000x1x1x1x1x1x1 u8");
+}
+
+/* CSV features are stored as float32: 1e300 would become inf silently. */
+static void test_csv_out_of_float_range(void)
+{
+    char csv[512];
+    snprintf(csv, sizeof csv, "%s", tmp("range.csv"));
+    struct { const char *text, *msg; } cases[] = {
+        {"a,b,label\n1,2,0\n3,1e300,1\n", "range.csv: line 3, column 2 (b): '1e300' is outside the float32 range"},
+        {"a,b,label\n-1e39,2,0\n", "line 2, column 1 (a): '-1e39' is outside the float32 range"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        write_text(csv, cases[i].text);
+        MT_ASSERT_INT_EQ(mt__import_csv(csv, "label", tmp("range.h5"), "/t", NULL), MT_EFORMAT);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), cases[i].msg);
+        CU_ASSERT(access(tmp("range.h5"), F_OK) != 0);
+    }
+    /* the largest float32 and a label of 1e300 (labels are f64) are fine */
+    write_text(csv, "a,label\n3.4e38,1e300\n");
+    MT_ASSERT_INT_EQ(mt__import_csv(csv, "label", tmp("range.h5"), "/t", NULL), MT_OK);
+}
+
+/* ------------------------------------------------------------ files from outside */
+
+/* A checkpoint.h5 with one array `name` of nd dimensions (each 1, or `rows` first), its
+ * attributes as given; the file and its run directory's run.json listing it. */
+typedef struct {
+    const char *name;
+    int nd;
+    hsize_t rows;
+    int nlayout;        /* elements of the layout attribute (1 = normal) */
+    bool meta_many;     /* a meta:KEY attribute of 100 strings */
+    bool meta_vlen;     /* a variable-length string meta:KEY */
+    int64_t offsets[3]; /* when offsets[2] != 0: a sharded array's offsets */
+    bool no_data;       /* rows claimed but never written (a tiny file, a huge shape) */
+} fake_ckpt;
+
+static void write_fake_ckpt(const char *run, const fake_ckpt *fc)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/checkpoint_000000", run);
+    mkdir(run, 0755);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/checkpoint_000000/checkpoint.h5", run);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[64];
+    for (int i = 0; i < fc->nd; i++)
+        dims[i] = 1;
+    dims[0] = fc->rows ? fc->rows : 1;
+    hid_t sp = H5Screate_simple(fc->nd, dims, NULL);
+    hid_t ds = H5Dcreate2(f, fc->name, H5T_NATIVE_UINT8, sp, H5P_DEFAULT, H5P_DEFAULT,
+                          H5P_DEFAULT);
+    if (!fc->no_data) {
+        unsigned char *zero = calloc(dims[0], 1);
+        H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, zero);
+        free(zero);
+    }
+    H5Sclose(sp);
+    int layout[100] = {0};
+    hsize_t n = (hsize_t)fc->nlayout;
+    sp = H5Screate_simple(1, &n, NULL);
+    hid_t at = H5Acreate2(ds, "layout", H5T_NATIVE_INT, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(at, H5T_NATIVE_INT, layout);
+    H5Aclose(at);
+    H5Sclose(sp);
+    sp = H5Screate(H5S_SCALAR);
+    uint32_t crc = 0;
+    at = H5Acreate2(ds, "crc32", H5T_NATIVE_UINT32, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(at, H5T_NATIVE_UINT32, &crc);
+    H5Aclose(at);
+    H5Sclose(sp);
+    if (fc->offsets[2]) {
+        n = 3;
+        sp = H5Screate_simple(1, &n, NULL);
+        at = H5Acreate2(ds, "offsets", H5T_NATIVE_INT64, sp, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(at, H5T_NATIVE_INT64, fc->offsets);
+        H5Aclose(at);
+        H5Sclose(sp);
+    }
+    H5Dclose(ds);
+    if (fc->meta_many || fc->meta_vlen) {
+        hid_t st = H5Tcopy(H5T_C_S1);
+        H5Tset_size(st, fc->meta_vlen ? H5T_VARIABLE : 8);
+        n = fc->meta_many ? 100 : 1;
+        sp = H5Screate_simple(1, &n, NULL);
+        at = H5Acreate2(f, "meta:k", st, sp, H5P_DEFAULT, H5P_DEFAULT);
+        static char many[100][8];
+        const char *one = "value";
+        H5Awrite(at, st, fc->meta_vlen ? (const void *)&one : (const void *)many);
+        H5Aclose(at);
+        H5Sclose(sp);
+        H5Tclose(st);
+    }
+    H5Fclose(f);
+    snprintf(path, sizeof path, "%s/run.json", run);
+    FILE *rj = fopen(path, "w");
+    fprintf(rj, "{\"status\": \"finished\", \"attempts\": 1, \"failures\": 0, "
+                "\"next_checkpoint_index\": 1, \"training_iteration\": 1, \"time_total_s\": 1.0, "
+                "\"checkpoints\": [{\"name\": \"checkpoint_000000\", \"index\": 0, "
+                "\"training_iteration\": 1, \"metrics\": {}}], \"latest\": \"checkpoint_000000\"}");
+    fclose(rj);
+}
+
+/* Every fixed-size field filled from checkpoint.h5 is bounded by what the file says: a
+ * 32-dimensional array, a 300-byte name, a layout attribute of 100 values, a metadata
+ * attribute of 100 strings or a variable-length one, offsets that do not split the rows,
+ * a shape the stored bytes do not hold: MT_EFORMAT naming the file and the array, and
+ * mt_result_load (which lists stored checkpoints) neither crashes nor reads past a
+ * buffer. */
+static void test_checkpoint_file_bounds(void)
+{
+    char longname[301];
+    memset(longname, 'n', 300);
+    longname[300] = '\0';
+    struct { fake_ckpt fc; const char *msg; } cases[] = {
+        {{.name = "deep", .nd = 32, .nlayout = 1}, "array deep has 32 dimensions (1 to 8"},
+        {{.name = "deep9", .nd = 9, .nlayout = 1}, "array deep9 has 9 dimensions"},
+        {{.name = longname, .nd = 1, .nlayout = 1}, "array name of 300 bytes (at most 255)"},
+        {{.name = "x", .nd = 1, .nlayout = 100}, "array x: attribute layout is missing or not 0 or 1"},
+        {{.name = "x", .nd = 1, .nlayout = 1, .meta_many = true}, "metadata k: not one fixed-length string"},
+        {{.name = "x", .nd = 1, .nlayout = 1, .meta_vlen = true}, "metadata k: not one fixed-length string"},
+        {{.name = "x", .nd = 1, .rows = 4, .nlayout = 1, .offsets = {0, 9, 4}}, "array x: attribute offsets does not split its 4 rows"},
+        {{.name = "x", .nd = 2, .rows = (hsize_t)1 << 40, .nlayout = 1, .no_data = true}, "array x claims 1099511627776 bytes but the file holds 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char run[400];
+        snprintf(run, sizeof run, "%s/ckrun%zu", dir, i);
+        write_fake_ckpt(run, &cases[i].fc);
+        char ck[500];
+        snprintf(ck, sizeof ck, "%s/checkpoint_000000", run);
+        mt_checkpoint *stored = NULL;
+        MT_ASSERT_INT_EQ(mt__checkpoint_open_stored(ck, &stored), MT_EFORMAT);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "checkpoint_000000/checkpoint.h5: ");
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), cases[i].msg);
+        CU_ASSERT_PTR_NULL(stored);
+        mt_result *r = NULL;
+        int rc = mt_result_load(run, &r); /* lists the checkpoint without its arrays */
+        MT_ASSERT_INT_EQ(rc, MT_OK);
+        MT_ASSERT_INT_EQ(mt_result_num_best(r), 1);
+        int nd = 0;
+        size_t dims[8];
+        MT_ASSERT_INT_EQ(mt_checkpoint_dims(mt_result_checkpoint(r), "deep", &nd, dims),
+                         MT_ENOTFOUND);
+        mt_result_free(&r);
+    }
+    /* at the limit: 8 dimensions and a 255-byte name are fine */
+    longname[255] = '\0';
+    char run[400], ck[500];
+    snprintf(run, sizeof run, "%s/ckrun-ok", dir);
+    write_fake_ckpt(run, &(fake_ckpt){.name = longname, .nd = 8, .nlayout = 1});
+    snprintf(ck, sizeof ck, "%s/checkpoint_000000", run);
+    mt_checkpoint *stored = NULL;
+    MT_ASSERT_INT_EQ(mt__checkpoint_open_stored(ck, &stored), MT_OK);
+    int nd = 0;
+    size_t dims[8];
+    MT_ASSERT_INT_EQ(mt_checkpoint_dims(stored, longname, &nd, dims), MT_OK);
+    MT_ASSERT_INT_EQ(nd, 8);
+    mt_checkpoint_free(&stored);
+}
+
+/* Names read back from run.json are a run directory's own checkpoint folders: "../victim"
+ * (as a checkpoint or as latest), an absolute path, a name listed twice, an unknown
+ * status are a corrupt run.json; nothing outside the run is read or deleted. */
+static void test_run_json_names(void)
+{
+    char victim[400], marker[500];
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    mkdir(victim, 0755);
+    snprintf(marker, sizeof marker, "%s/keep.txt", victim);
+    write_text(marker, "precious\n");
+    const char *entry = "{\"name\": \"%s\", \"index\": 0, \"training_iteration\": 1, \"metrics\": {}}";
+    struct { const char *kept, *latest, *status, *msg; } cases[] = {
+        {"../victim", NULL, "finished", "checkpoint entry 0: not a checkpoint folder name \"../victim\""},
+        {"/etc", NULL, "finished", "not a checkpoint folder name \"/etc\""},
+        {"checkpoint_000000/../../victim", NULL, "finished", "not a checkpoint folder name"},
+        {"checkpoint_00000x", NULL, "finished", "not a checkpoint folder name"},
+        {"checkpoint_000000\n", NULL, "finished", "not a checkpoint folder name"},
+        {"", NULL, "finished", "not a checkpoint folder name"},
+        {"checkpoint_000000", "../victim", "finished", "\"latest\" is not a checkpoint folder name"},
+        {"checkpoint_000000", NULL, "hacked", "corrupt run state (status \"hacked\""},
+        {"dup", NULL, "finished", "listed twice: \"checkpoint_000000\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char run[400], path[500], one[300], kept[700];
+        snprintf(run, sizeof run, "%s/jsonrun%zu", dir, i);
+        mkdir(run, 0755);
+        if (!strcmp(cases[i].kept, "dup")) {
+            snprintf(one, sizeof one, entry, "checkpoint_000000");
+            snprintf(kept, sizeof kept, "%s, %s", one, one);
+        } else {
+            json_t *name = json_string(cases[i].kept);
+            char *quoted = json_dumps(name, JSON_ENCODE_ANY);
+            snprintf(one, sizeof one, "{\"name\": %s, \"index\": 0, \"training_iteration\": 1, "
+                                      "\"metrics\": {}}", quoted);
+            free(quoted);
+            json_decref(name);
+            snprintf(kept, sizeof kept, "%s", one);
+        }
+        snprintf(path, sizeof path, "%s/run.json", run);
+        FILE *f = fopen(path, "w");
+        fprintf(f, "{\"status\": \"%s\", \"attempts\": 1, \"failures\": 0, "
+                   "\"next_checkpoint_index\": 1, \"training_iteration\": 1, "
+                   "\"time_total_s\": 1.0, \"checkpoints\": [%s], \"latest\": %s%s%s}",
+                cases[i].status, kept, cases[i].latest ? "\"" : "",
+                cases[i].latest ? cases[i].latest : "null", cases[i].latest ? "\"" : "");
+        fclose(f);
+        mt_result *r = NULL;
+        MT_ASSERT_INT_EQ(mt_result_load(run, &r), MT_EFORMAT);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), cases[i].msg);
+        CU_ASSERT_PTR_NULL(r);
+        mt__rundir rd = {0};
+        MT_ASSERT_INT_EQ(mt__run_load(&rd, run), MT_EFORMAT); /* the resume path */
+        mt__run_free(&rd);
+    }
+    CU_ASSERT(access(marker, R_OK) == 0);
+    /* a checkpoint folder that is a symbolic link out of the run: not followed when
+     * listed, and removing it (retention, leftovers) removes the link only */
+    char run[400], link[500];
+    snprintf(run, sizeof run, "%s/linkrun", dir);
+    mkdir(run, 0755);
+    snprintf(link, sizeof link, "%s/checkpoint_000000", run);
+    CU_ASSERT(symlink(victim, link) == 0);
+    mt_checkpoint *stored = NULL;
+    MT_ASSERT_INT_EQ(mt__checkpoint_open_stored(link, &stored), MT_EFORMAT);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "a symbolic link, which is not followed");
+    MT_ASSERT_INT_EQ(mt__rmtree(link), MT_OK);
+    CU_ASSERT(access(link, F_OK) != 0);
+    CU_ASSERT(access(marker, R_OK) == 0);
 }
 
 static void make_dir(void)
@@ -258,6 +545,10 @@ static const mt_test tests[] = {
     {"idx_malformed", test_idx_malformed},
     {"csv", test_csv},
     {"csv_malformed", test_csv_malformed},
+    {"idx_headers_that_lie", test_idx_headers_that_lie},
+    {"csv_out_of_float_range", test_csv_out_of_float_range},
+    {"checkpoint_file_bounds", test_checkpoint_file_bounds},
+    {"run_json_names", test_run_json_names},
     {NULL, NULL},
 };
 

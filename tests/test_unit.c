@@ -6,6 +6,7 @@
 
 #include "../runtime/runtime.h"
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -115,6 +116,7 @@ static void test_config_validate_single_fields(void)
         {{.run.failure.stall_warn_s = -1}, "run.failure.stall_warn_s must be a finite number of seconds >= 0 (got -1)"},
         {{.run.failure.stall_timeout_s = 1.0 / 0.0}, "run.failure.stall_timeout_s must be a finite"},
         {{.run.verbose = -2}, "run.verbose must be"},
+        {{.run.failure = {.stall_warn_s = 1e300, .stall_timeout_s = 1e300}}, "run.failure.stall_warn_s must be at most 1e9 seconds (got 1e+300)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         MT_ASSERT_INT_EQ(mt_config_validate(&cases[i].cfg), MT_EINVAL);
@@ -441,6 +443,169 @@ static void test_format_doubles(void)
     MT_ASSERT_INT_EQ(bad, 0);
 }
 
+
+/* ------------------------------------------------------------ input from outside */
+
+/* One strict reader for every number from a flag or the environment: the whole text,
+ * base 10, in range; the error names the flag and the text. */
+static void test_strict_numbers(void)
+{
+    uint64_t u = 7;
+    const char *bad_u[] = {"-1", "", " 5", "5 ", "+5", "0x10", "12abc", "1e3",
+                           "18446744073709551616", "99999999999999999999999", "5\n"};
+    for (size_t i = 0; i < sizeof bad_u / sizeof *bad_u; i++) {
+        MT_ASSERT_INT_EQ(mt__parse_u64("MT_X", bad_u[i], 0, UINT64_MAX, &u), MT_EINVAL);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "MT_X: '");
+        MT_ASSERT_INT_EQ(u, 7); /* unchanged on error */
+    }
+    MT_ASSERT_INT_EQ(mt__parse_u64("MT_X", "18446744073709551615", 0, UINT64_MAX, &u), MT_OK);
+    CU_ASSERT(u == UINT64_MAX);
+    MT_ASSERT_INT_EQ(mt__parse_u64("MT_X", "5", 6, 9, &u), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "MT_X: '5' is not a whole number from 6 to 9");
+    int v = 3;
+    MT_ASSERT_INT_EQ(mt__parse_int("--epochs", "4294967297", 1, INT_MAX, &v), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "--epochs: '4294967297' is not an integer");
+    MT_ASSERT_INT_EQ(v, 3);
+    MT_ASSERT_INT_EQ(mt__parse_int("--fail-rank", "-1", -1, 5, &v), MT_OK);
+    MT_ASSERT_INT_EQ(v, -1);
+    double d = 0;
+    const char *bad_d[] = {"", "nan", "inf", "1e400", " 1", "1x", "-5"};
+    for (size_t i = 0; i < sizeof bad_d / sizeof *bad_d; i++)
+        MT_ASSERT_INT_EQ(mt__parse_f64("--lr", bad_d[i], 0, 1e9, &d), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt__parse_f64("--lr", "0.25", 0, 1e9, &d), MT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(d, 0.25, 0);
+    /* control characters in the shown text are escaped */
+    MT_ASSERT_INT_EQ(mt__parse_u64("MT_X", "1\n2", 0, 9, &u), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "'1\\x0a2'");
+}
+
+/* Bad environment knobs are one error at the start of fit, naming each variable and its
+ * value; none is ignored or misread (-1 as 2^64-1). */
+static void test_env_knobs_strict(void)
+{
+    MT_ASSERT_INT_EQ(mt__env_validate(), MT_OK);
+    setenv("MT_FUSION_BYTES", "-1", 1);
+    setenv("MT_CHECKPOINT_BUFFER", "lots", 1);
+    setenv("MT_IO_READAHEAD", "yes", 1);
+    setenv("MT_IO_COLLECTIVE", "2", 1);
+    setenv("MT_FUSION_SHM", "off", 1);
+    setenv("MT_TEST_COMMIT_PAUSE", "1e999", 1);
+    MT_ASSERT_INT_EQ(mt__env_validate(), MT_EINVAL);
+    const char *m = mt_last_error();
+    MT_ASSERT_STR_CONTAINS(m, "MT_FUSION_BYTES: '-1'");
+    MT_ASSERT_STR_CONTAINS(m, "MT_CHECKPOINT_BUFFER: 'lots'");
+    MT_ASSERT_STR_CONTAINS(m, "MT_IO_READAHEAD: 'yes' is not 0 or 1");
+    MT_ASSERT_STR_CONTAINS(m, "MT_IO_COLLECTIVE: '2'");
+    MT_ASSERT_STR_CONTAINS(m, "MT_FUSION_SHM: 'off'");
+    MT_ASSERT_STR_CONTAINS(m, "MT_TEST_COMMIT_PAUSE: '1e999'");
+    /* where used, a bad value gives the default */
+    CU_ASSERT(mt__env_knob_u64("MT_CHECKPOINT_BUFFER", 123) == 123);
+    setenv("MT_CHECKPOINT_BUFFER", "18446744073709551615", 1);
+    MT_ASSERT_INT_EQ(mt__env_validate(), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "MT_CHECKPOINT_BUFFER: '18446744073709551615'");
+    CU_ASSERT(mt__env_knob_u64("MT_CHECKPOINT_BUFFER", 123) == 123);
+    setenv("MT_CHECKPOINT_BUFFER", "1048576", 1);
+    CU_ASSERT(mt__env_knob_u64("MT_CHECKPOINT_BUFFER", 123) == 1048576);
+    const char *names[] = {"MT_FUSION_BYTES", "MT_CHECKPOINT_BUFFER", "MT_IO_READAHEAD",
+                           "MT_IO_COLLECTIVE", "MT_FUSION_SHM", "MT_TEST_COMMIT_PAUSE"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        unsetenv(names[i]);
+    MT_ASSERT_INT_EQ(mt__env_validate(), MT_OK);
+}
+
+/* Names that become paths: refused on input with the field named. */
+static void test_names_from_users(void)
+{
+    const char *bad[] = {"", ".", "..", "a/b", "../victim", "/abs", "line\nbreak", "tab\there",
+                         "esc\x1b[31m", "del\x7f"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        MT_ASSERT_INT_EQ(mt__check_name("run.name", bad[i], 200), MT_EINVAL);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "run.name must");
+    }
+    MT_ASSERT_INT_EQ(mt__check_name("x", "checkpoint_000001", 200), MT_OK);
+    MT_ASSERT_INT_EQ(mt__check_name("x", "..hidden", 200), MT_OK);
+    MT_ASSERT_INT_EQ(mt__check_text("metric key", "val/acc", 200), MT_OK);
+    MT_ASSERT_INT_EQ(mt__check_text("metric key", "a\nb", 200), MT_EINVAL);
+    /* through the config */
+    mt_trainer_config cfg = {.run = {.name = "run\nname"}};
+    MT_ASSERT_INT_EQ(mt_config_validate(&cfg), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "run.name must not contain control characters");
+    mt_trainer_config cfg2 = {.run = {.name = "ok", .storage_path = "/tmp/x\ny"}};
+    MT_ASSERT_INT_EQ(mt_config_validate(&cfg2), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "run.storage_path must not contain control");
+    /* the env names a run too */
+    setenv("MT_NAME", "a/../../b", 1);
+    mt_trainer_config cfg3 = {0};
+    char *args[] = {"prog", NULL};
+    int argc = 1;
+    char **argv = args;
+    MT_ASSERT_INT_EQ(mt_config_from_args(&cfg3, &argc, &argv), MT_OK);
+    unsetenv("MT_NAME");
+    MT_ASSERT_INT_EQ(mt_config_validate(&cfg3), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "run.name must not contain '/'");
+}
+
+
+
+/* Sizes a caller gives that would overflow: a checkpoint shape whose bytes wrap size_t, a
+ * storage path so long that paths under it would be cut short into other paths. */
+static void test_sizes_that_overflow(void)
+{
+    mt_checkpoint *ck = mt_checkpoint_new();
+    float x[4] = {0};
+    size_t dims[3] = {(size_t)1 << 33, (size_t)1 << 33, 4};
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "x", MT_F32, 3, dims, x, MT_REPLICATED), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "the shape's bytes do not fit");
+    size_t wrap[2] = {(size_t)1 << 62, 4}; /* 2^64 elements: wraps to 0 */
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "y", MT_U8, 2, wrap, NULL, MT_REPLICATED), MT_EINVAL);
+    size_t ok[1] = {4};
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, "x", MT_F32, 1, ok, x, MT_REPLICATED), MT_OK);
+    char bad_name[] = "a\nb";
+    MT_ASSERT_INT_EQ(mt_checkpoint_put(ck, bad_name, MT_F32, 1, ok, x, MT_REPLICATED), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_checkpoint_set_meta(ck, "k\x1b[2J", "v"), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "control characters");
+    mt_checkpoint_free(&ck);
+    char *longpath = malloc(4000);
+    memset(longpath, 'p', 3999);
+    longpath[0] = '/';
+    longpath[3999] = '\0';
+    mt_trainer_config cfg = {.run = {.name = "x", .storage_path = longpath}};
+    MT_ASSERT_INT_EQ(mt_config_validate(&cfg), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "run.storage_path must be at most 3500 bytes");
+    mt_result *r = NULL;
+    MT_ASSERT_INT_EQ(mt_result_load(longpath, &r), MT_EINVAL);
+    CU_ASSERT_PTR_NULL(r);
+    free(longpath);
+}
+
+/* After mt_finalize MPI cannot be used again: fit, mt_init and the job queries answer
+ * without calling into MPI (fit aborted inside MPI). Runs last: MPI is gone after it. */
+static int count_calls(mt_context *c, void *arg)
+{
+    (*(int *)arg)++;
+    return MT_OK;
+}
+
+static void test_calls_after_finalize(void)
+{
+    MT_ASSERT_INT_EQ(mt_init(NULL, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_job_size(), 1);
+    MT_ASSERT_INT_EQ(mt_finalize(), MT_OK);
+    int calls = 0;
+    mt_trainer *t = NULL;
+    MT_ASSERT_INT_EQ(mt_trainer_create(&t, count_calls, &calls, NULL), MT_OK);
+    mt_result *r = NULL;
+    MT_ASSERT_INT_EQ(mt_trainer_fit(t, &r), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "MPI was finalised");
+    CU_ASSERT_PTR_NULL(r);
+    MT_ASSERT_INT_EQ(calls, 0);
+    mt_trainer_destroy(&t);
+    MT_ASSERT_INT_EQ(mt_init(NULL, NULL), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "finalised already");
+    MT_ASSERT_INT_EQ(mt_job_rank(), 0);
+    MT_ASSERT_INT_EQ(mt_job_size(), 1);
+}
+
 static const mt_test tests[] = {
     {"format_doubles", test_format_doubles},
     {"metrics", test_metrics},
@@ -455,6 +620,11 @@ static const mt_test tests[] = {
     {"config_precedence", test_config_precedence},
     {"config_help_and_separator", test_config_help_and_separator},
     {"trainer_outside_mpi", test_trainer_outside_mpi},
+    {"strict_numbers", test_strict_numbers},
+    {"env_knobs_strict", test_env_knobs_strict},
+    {"names_from_users", test_names_from_users},
+    {"sizes_that_overflow", test_sizes_that_overflow},
+    {"calls_after_finalize", test_calls_after_finalize}, /* last: MPI is gone after it */
     {NULL, NULL},
 };
 

@@ -117,8 +117,12 @@ int main(int argc, char **argv)
         rc = MT_OK;
         for (int i = 0; i < 2 && !rc; i++) {
             char images[4096], labels[4096], grp[16];
-            snprintf(images, sizeof images, "%s/%s", dir, parts[i][1]);
-            snprintf(labels, sizeof labels, "%s/%s", dir, parts[i][2]);
+            if (snprintf(images, sizeof images, "%s/%s", dir, parts[i][1]) >= (int)sizeof images ||
+                snprintf(labels, sizeof labels, "%s/%s", dir, parts[i][2]) >= (int)sizeof labels) {
+                fprintf(stderr, "mpitrain-import: --dir: the path is too long (%zu bytes)\n",
+                        strlen(dir));
+                return 2;
+            }
             snprintf(grp, sizeof grp, "/%s", parts[i][0]);
             rc = mt__import_idx(images, labels, out, grp, &st);
             if (!rc)

@@ -186,8 +186,9 @@ int main(int argc, char **argv)
         else if (!strncmp(argv[i], "--max-failures=", 15))
             v = argv[i] + 15;
         char *end = NULL;
-        long n = v ? strtol(v, &end, 10) : 0;
-        if (!v || !*v || *end || n < -1) {
+        errno = 0;
+        long n = v && (*v == '-' || (*v >= '0' && *v <= '9')) ? strtol(v, &end, 10) : -2;
+        if (!v || !*v || !end || *end || errno || n < -1 || n > INT_MAX) {
             fprintf(stderr, "mpitrain-run: %s: expected --max-failures N (N >= -1) or -- "
                             "COMMAND (see --help)\n", argv[i]);
             return 2;

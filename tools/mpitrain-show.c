@@ -6,10 +6,14 @@
 #include <mpitrain.h>
 
 #include <jansson.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MAX_METRICS 16
@@ -28,19 +32,36 @@ static void usage(FILE *out)
         "  --help           this text\n");
 }
 
+/* Text from the run directory on the terminal: control characters (escape sequences,
+ * line breaks) shown as '?'. */
+static void put_text(const char *s, int width)
+{
+    int n = 0;
+    for (; *s; s++, n++)
+        putchar((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s);
+    for (; n < width; n++)
+        putchar(' ');
+}
+
 static void print_metrics(const mt_metrics *m, const char *indent)
 {
     for (size_t i = 0; i < mt_metrics_count(m); i++) {
         const char *k = mt_metrics_key(m, i), *s = mt_metrics_get_str(m, k);
         double d;
         int64_t v;
-        if (s)
-            printf("%s%-22s %s\n", indent, k, s);
-        else if (mt_metrics_get_f64(m, k, &d) == MT_OK && mt_metrics_get_i64(m, k, &v) == MT_OK &&
+        printf("%s", indent);
+        put_text(k, 22);
+        if (s) {
+            putchar(' ');
+            put_text(s, 0);
+            putchar('\n');
+        } else if (mt_metrics_get_f64(m, k, &d) == MT_OK && mt_metrics_get_i64(m, k, &v) == MT_OK &&
                  (double)v == d)
-            printf("%s%-22s %lld\n", indent, k, (long long)v);
+            printf(" %lld\n", (long long)v);
         else if (mt_metrics_get_f64(m, k, &d) == MT_OK)
-            printf("%s%-22s %.6g\n", indent, k, d);
+            printf(" %.6g\n", d);
+        else
+            putchar('\n');
     }
 }
 
@@ -50,13 +71,88 @@ static bool automatic(const char *k)
            !strcmp(k, "time_this_iter_s") || !strcmp(k, "time_total_s");
 }
 
+/* Text as a gnuplot single-quoted string. Inside single quotes gnuplot expands nothing
+ * (no backquote commands, no @macros, no backslash escapes); the only special character
+ * is the quote itself, written twice. A line break would end the command (and a
+ * backslash before it would join the next line), so control characters are shown as
+ * '?': names from a run directory reach gnuplot as data, never as commands. */
+static void gp_string(FILE *gp, const char *s)
+{
+    fputc('\'', gp);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '\'')
+            fputs("''", gp);
+        else if (ch < 0x20 || ch == 0x7f)
+            fputc('?', gp);
+        else
+            fputc(ch, gp);
+    }
+    fputc('\'', gp);
+}
+
+/* gnuplot started directly (fork and exec, no shell), reading its script from a pipe;
+ * its output goes to /dev/null. */
+static FILE *gp_start(pid_t *pid)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return NULL;
+    *pid = fork();
+    if (*pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return NULL;
+    }
+    if (*pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(fds[0], STDIN_FILENO);
+        if (null >= 0) {
+            dup2(null, STDOUT_FILENO);
+            dup2(null, STDERR_FILENO);
+        }
+        close(fds[0]);
+        close(fds[1]);
+        execlp("gnuplot", "gnuplot", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[0]);
+    FILE *gp = fdopen(fds[1], "w");
+    if (!gp) {
+        close(fds[1]);
+        waitpid(*pid, NULL, 0);
+    }
+    return gp;
+}
+
+/* 0 when gnuplot read the whole script and exited with status 0. */
+static int gp_finish(FILE *gp, pid_t pid)
+{
+    int bad = fclose(gp) != 0, status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return bad || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
+
+static bool has_control(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return true;
+    return false;
+}
+
 static int plot(const char *dir, const char *png, const char **wanted, int nwanted)
 {
+    if (has_control(png)) {
+        fprintf(stderr, "mpitrain-show: --plot: the file name contains control characters\n");
+        return 1;
+    }
     char path[4096];
     snprintf(path, sizeof path, "%s/result.json", dir);
     FILE *in = fopen(path, "r");
     if (!in) {
-        fprintf(stderr, "mpitrain-show: %s: no reports to plot\n", path);
+        fprintf(stderr, "mpitrain-show: %s: no reports to plot (%s)\n", path, strerror(errno));
         return 1;
     }
     const char *keys[MAX_METRICS];
@@ -68,7 +164,11 @@ static int plot(const char *dir, const char *png, const char **wanted, int nwant
     FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!out) {
         fclose(in);
-        fprintf(stderr, "mpitrain-show: cannot write a temporary file\n");
+        if (fd >= 0) {
+            close(fd);
+            unlink(data);
+        }
+        fprintf(stderr, "mpitrain-show: cannot write a temporary file: %s\n", strerror(errno));
         return 1;
     }
     char *line = NULL;
@@ -77,20 +177,22 @@ static int plot(const char *dir, const char *png, const char **wanted, int nwant
     int rows = 0;
     while (getline(&line, &cap, in) > 0) {
         json_t *row = json_loads(line, 0, NULL);
-        if (!row)
+        if (!json_is_object(row)) {
+            json_decref(row);
             continue;
+        }
         if (!first && !nwanted) { /* default: the numeric keys of the first row */
             first = row;
             const char *k;
             json_t *v;
             json_object_foreach(row, k, v)
                 if (json_is_number(v) && !automatic(k) && nk < MAX_METRICS)
-                    keys[nk++] = strdup(k);
+                    keys[nk++] = k; /* borrowed from `first`, kept until the end */
         }
         fprintf(out, "%lld", (long long)json_integer_value(json_object_get(row, "training_iteration")));
         for (int i = 0; i < nk; i++) {
             json_t *v = json_object_get(row, keys[i]);
-            if (json_is_number(v))
+            if (json_is_number(v) && isfinite(json_number_value(v)))
                 fprintf(out, " %.10g", json_number_value(v));
             else
                 fprintf(out, " NaN");
@@ -102,40 +204,45 @@ static int plot(const char *dir, const char *png, const char **wanted, int nwant
     }
     free(line);
     fclose(in);
-    fclose(out);
-    int rc = 0;
-    if (!rows || !nk) {
+    int rc = fclose(out) != 0;
+    if (rc)
+        fprintf(stderr, "mpitrain-show: cannot write %s\n", data);
+    else if (!rows || !nk) {
         fprintf(stderr, "mpitrain-show: %s has no numeric metrics to plot\n", path);
         rc = 1;
     } else {
-        FILE *gp = popen("gnuplot 2>/dev/null", "w");
+        pid_t pid;
+        void (*old)(int) = signal(SIGPIPE, SIG_IGN); /* gnuplot may stop reading early */
+        FILE *gp = gp_start(&pid);
         if (!gp) {
-            fprintf(stderr, "mpitrain-show: cannot run gnuplot (install gnuplot-nox)\n");
+            fprintf(stderr, "mpitrain-show: cannot run gnuplot (install gnuplot-nox): %s\n",
+                    strerror(errno));
             rc = 1;
         } else {
             int cols = nk < 3 ? nk : 3, rows_p = (nk + cols - 1) / cols;
-            fprintf(gp, "set terminal pngcairo size %d,%d noenhanced\nset output '%s'\n",
-                    420 * cols, 320 * rows_p, png);
-            fprintf(gp, "set multiplot layout %d,%d title '%s'\nset grid\nset xlabel "
-                        "'training_iteration'\n", rows_p, cols, dir);
-            for (int i = 0; i < nk; i++)
-                fprintf(gp, "set title '%s'\nplot '%s' using 1:%d with linespoints notitle\n",
-                        keys[i], data, i + 2);
+            fprintf(gp, "set terminal pngcairo size %d,%d noenhanced\nset output ", 420 * cols,
+                    320 * rows_p);
+            gp_string(gp, png);
+            fprintf(gp, "\nset multiplot layout %d,%d title ", rows_p, cols);
+            gp_string(gp, dir);
+            fprintf(gp, "\nset grid\nset xlabel 'training_iteration'\n");
+            for (int i = 0; i < nk; i++) {
+                fprintf(gp, "set title ");
+                gp_string(gp, keys[i]);
+                fprintf(gp, "\nplot '%s' using 1:%d with linespoints notitle\n", data, i + 2);
+            }
             fprintf(gp, "unset multiplot\n");
-            rc = pclose(gp) != 0;
+            rc = gp_finish(gp, pid);
             if (rc || access(png, R_OK) != 0) {
                 fprintf(stderr, "mpitrain-show: gnuplot could not draw %s\n", png);
                 rc = 1;
             } else
                 printf("mpitrain-show: wrote %s (%d metrics over %d reports)\n", png, nk, rows);
         }
+        signal(SIGPIPE, old);
     }
     unlink(data);
-    if (first) {
-        for (int i = 0; i < nk; i++)
-            free((char *)keys[i]);
-        json_decref(first);
-    }
+    json_decref(first);
     return rc;
 }
 

@@ -17,11 +17,12 @@
  */
 #include <mpitrain.h>
 
-#include "../io/io.h"
+#include "../runtime/runtime.h"
 #include "mlp.h"
 
 #include <cblas.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,55 +270,46 @@ static void usage(FILE *out)
     mt_config_usage(out);
 }
 
+/* Every number through the library's strict parser: the whole text, in range (so
+ * `--epochs 4294967297` is an error, not 1). */
 static int parse(int argc, char **argv, options *o, int rank)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-#define NUM(name, field, conv)                                                \
-    if (!strcmp(a, name)) {                                                   \
-        if (!v) goto missing;                                                 \
-        errno = 0;                                                            \
-        o->field = conv(v, &end);                                             \
-        if (!*v || *end || errno) goto bad;                                   \
-        i++;                                                                  \
-        continue;                                                             \
-    }
-#define STRTOL(s, e) (int)strtol(s, e, 10)
-#define STRTOU64(s, e) (uint64_t)strtoull(s, e, 10)
-        NUM("--epochs", epochs, STRTOL)
-        NUM("--batch-size", batch, STRTOL)
-        NUM("--lr", lr, strtod)
-        NUM("--momentum", momentum, strtod)
-        NUM("--weight-decay", weight_decay, strtod)
-        NUM("--seed", seed, STRTOU64)
-        NUM("--threads", threads, STRTOL)
-        NUM("--steps-per-epoch", steps, STRTOL)
-        NUM("--fail-rank", fail_rank, STRTOL)
-        NUM("--fail-epoch", fail_epoch, STRTOL)
-        if (!strcmp(a, "--data")) {
-            if (!v)
-                goto missing;
-            o->data = v;
+        int e = 1; /* 1: not a number option */
+#define INT(name, field, lo, hi)                                              \
+        if (e == 1 && !strcmp(a, name))                                       \
+            e = v ? mt__parse_int(name, v, lo, hi, &o->field) : 2;
+#define REAL(name, field, lo, hi)                                             \
+        if (e == 1 && !strcmp(a, name))                                       \
+            e = v ? mt__parse_f64(name, v, lo, hi, &o->field) : 2;
+        INT("--epochs", epochs, 1, 1000000)
+        INT("--batch-size", batch, 0, INT_MAX)
+        REAL("--lr", lr, 1e-12, 1e6)
+        REAL("--momentum", momentum, 0, 1)
+        REAL("--weight-decay", weight_decay, 0, 1e6)
+        INT("--threads", threads, 0, 4096)
+        INT("--steps-per-epoch", steps, 0, INT_MAX)
+        INT("--fail-rank", fail_rank, -1, INT_MAX)
+        INT("--fail-epoch", fail_epoch, -1, INT_MAX)
+        if (e == 1 && !strcmp(a, "--seed"))
+            e = v ? mt__parse_u64("--seed", v, 0, UINT64_MAX, &o->seed) : 2;
+#undef INT
+#undef REAL
+        if (e == 1 && !strcmp(a, "--data"))
+            e = v ? (o->data = v, 0) : 2;
+        if (e == 0) {
             i++;
             continue;
         }
-        if (rank == 0)
-            fprintf(stderr, "trainer: unknown option '%s' (see --help)\n", a);
-        return -1;
-    missing:
-        if (rank == 0)
-            fprintf(stderr, "trainer: option %s needs a value\n", a);
-        return -1;
-    bad:
-        if (rank == 0)
-            fprintf(stderr, "trainer: option %s: '%s' is not a valid number\n", a, v);
-        return -1;
-    }
-    if (o->epochs < 1 || o->batch < 0 || o->lr <= 0 || o->threads < 0 || o->steps < 0) {
-        if (rank == 0)
-            fprintf(stderr, "trainer: --epochs must be >= 1, --lr > 0, and --batch-size, "
-                            "--threads, --steps-per-epoch >= 0\n");
+        if (rank == 0) {
+            if (e == 2)
+                fprintf(stderr, "trainer: option %s needs a value\n", a);
+            else if (e == 1)
+                fprintf(stderr, "trainer: unknown option '%s' (see --help)\n", a);
+            else
+                fprintf(stderr, "trainer: %s\n", mt_last_error());
+        }
         return -1;
     }
     return 0;
@@ -328,17 +320,18 @@ static int default_data(char *path, size_t len, int rank)
 {
     const char *dir = getenv("MT_DATA_DIR"), *home = getenv("HOME");
     char d[3072];
-    if (dir && *dir)
-        snprintf(d, sizeof d, "%s", dir);
-    else
-        snprintf(d, sizeof d, "%s/.cache/mpitrain", home && *home ? home : "/tmp");
+    int n = dir && *dir ? snprintf(d, sizeof d, "%s", dir)
+                        : snprintf(d, sizeof d, "%s/.cache/mpitrain", home && *home ? home : "/tmp");
+    if (n < 0 || (size_t)n >= sizeof d) { /* cut short it would be another folder */
+        if (rank == 0)
+            fprintf(stderr, "trainer: %s is too long for a path (%d bytes)\n",
+                    dir && *dir ? "MT_DATA_DIR" : "HOME", n);
+        return MT_EINVAL;
+    }
     snprintf(path, len, "%s/fashion-mnist.h5", d);
     int rc = MT_OK;
     if (rank == 0 && access(path, R_OK) != 0) {
-        char cmd[3100];
-        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", d);
-        if (system(cmd) != 0)
-            rc = MT_EIO;
+        rc = mt__mkdirs(d); /* not through a shell: the folder name is data */
         char tmp[4200];
         snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
         const char *src = "/usr/share/datasets/fashion-mnist";

@@ -1,0 +1,109 @@
+/*
+ * live.c -- the handles the library gave out and has not taken back: contexts and shards
+ * (owned by fit, gone when it returns), their batches, and checkpoints.
+ *
+ * A program that keeps a context or a shard past fit, or calls a checkpoint function on
+ * one it freed, would otherwise read freed memory. Public entry points look the pointer
+ * up here first (by value: the memory behind it is never touched) and answer MT_EINVAL
+ * with a message saying what went wrong. A set of pointers in an open-addressing table,
+ * under one lock: a lookup is a hash and a probe or two, cheap next to any collective.
+ */
+#include "common.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+typedef struct {
+    const void *p;
+    int kind;
+} slot;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static slot *table;
+static size_t cap, used; /* cap: a power of two, or 0 */
+
+static size_t home(const void *p)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+static size_t find(const void *p)
+{
+    size_t i = home(p);
+    while (table[i].p && table[i].p != p)
+        i = (i + 1) & (cap - 1);
+    return i;
+}
+
+static int grow(void)
+{
+    size_t old = cap, n = cap ? cap * 2 : 64;
+    slot *was = table, *t = calloc(n, sizeof *t);
+    if (!t)
+        return -1;
+    table = t;
+    cap = n;
+    for (size_t i = 0; i < old; i++)
+        if (was[i].p)
+            table[find(was[i].p)] = was[i];
+    free(was);
+    return 0;
+}
+
+int mt__live_add(const void *p, int kind)
+{
+    int rc = MT_OK;
+    pthread_mutex_lock(&lock);
+    if ((used + 1) * 2 > cap && grow())
+        rc = mt__error(MT_ENOMEM, "out of memory recording a handle");
+    else {
+        size_t i = find(p);
+        if (!table[i].p)
+            used++;
+        table[i] = (slot){p, kind};
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+void mt__live_remove(const void *p)
+{
+    pthread_mutex_lock(&lock);
+    if (cap && p) {
+        size_t i = find(p);
+        if (table[i].p) {
+            /* backward-shift deletion: later entries of the probe run move up */
+            table[i].p = NULL;
+            used--;
+            for (size_t j = (i + 1) & (cap - 1); table[j].p; j = (j + 1) & (cap - 1)) {
+                slot s = table[j];
+                table[j].p = NULL;
+                table[find(s.p)] = s;
+            }
+        }
+    }
+    if (used == 0) { /* nothing left: give the memory back (no leak at exit) */
+        free(table);
+        table = NULL;
+        cap = 0;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+bool mt__live(const void *p, int kind)
+{
+    if (!p)
+        return false;
+    pthread_mutex_lock(&lock);
+    bool ok = false;
+    if (cap) {
+        size_t i = find(p);
+        ok = table[i].p == p && table[i].kind == kind;
+    }
+    pthread_mutex_unlock(&lock);
+    return ok;
+}

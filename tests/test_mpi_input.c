@@ -1,0 +1,579 @@
+/*
+ * test_mpi_input.c -- under mpirun at 1 to 4 ranks: hostile input and API misuse.
+ * Datasets whose files lie (2^50 rows in a few KiB, 32 dimensions, rows too wide to
+ * address, very long column names), batch sizes up to SIZE_MAX, a run.json whose
+ * checkpoint names point outside the run, and a program that keeps a context, shard,
+ * batch or restored checkpoint past fit, calls fit from its training function, or
+ * finalises inside it. Every case is a clear error (the same on every rank where the call
+ * is collective), never a crash, a hang, a huge allocation or a file touched outside the
+ * run.
+ */
+#include "harness.h"
+
+#include "../runtime/runtime.h"
+
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static const char *path(const char *name)
+{
+    static char p[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
+/* A group /g with one uint8 column per name, of the given shape; chunked and never
+ * written when the shape is larger than `write_max` elements (so a tiny file claims it). */
+static void write_columns(const char *file, const char *const *names, int n, int nd,
+                          const hsize_t *dims)
+{
+    hid_t f = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = H5Gcreate2(f, "/g", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t elems = 1, chunk[32];
+    for (int d = 0; d < nd; d++) {
+        if (dims[d] && elems > ((hsize_t)1 << 40) / dims[d])
+            elems = (hsize_t)1 << 41;
+        else
+            elems *= dims[d];
+        chunk[d] = 1;
+    }
+    chunk[0] = dims[0] < 4096 ? dims[0] : 4096;
+    for (int i = 0; i < n; i++) {
+        hid_t sp = H5Screate_simple(nd, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        bool small = elems <= 1 << 20;
+        if (!small)
+            H5Pset_chunk(dcpl, nd, chunk);
+        hid_t ds = H5Dcreate2(g, names[i], H5T_NATIVE_UINT8, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        if (small) {
+            unsigned char *v = calloc(elems ? elems : 1, 1);
+            for (hsize_t k = 0; k < elems; k++)
+                v[k] = (unsigned char)k;
+            H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+            free(v);
+        }
+        H5Dclose(ds);
+        H5Pclose(dcpl);
+        H5Sclose(sp);
+    }
+    H5Gclose(g);
+    H5Fclose(f);
+}
+
+static char long255[256], long256[257], long1000[1001], long3000[3001];
+
+static void make_files(void)
+{
+    memset(long255, 'a', 255);
+    memset(long256, 'b', 256);
+    memset(long1000, 'c', 1000);
+    memset(long3000, 'd', 3000);
+    if (mt_test_rank() == 0) {
+        snprintf(dir, sizeof dir, "%s/mpitrain-input-test-%d",
+                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+        mkdir(dir, 0700);
+        const char *one[] = {"x"};
+        hsize_t rows[1] = {64};
+        write_columns(path("small.h5"), one, 1, 1, rows);
+        hsize_t huge[2] = {(hsize_t)1 << 50, 1};
+        write_columns(path("huge.h5"), one, 1, 2, huge);
+        hsize_t deep[32];
+        for (int d = 0; d < 32; d++)
+            deep[d] = 1;
+        deep[0] = 8;
+        write_columns(path("deep.h5"), one, 1, 32, deep);
+        hsize_t wide[3] = {4, (hsize_t)1 << 30, (hsize_t)1 << 20};
+        write_columns(path("wide.h5"), one, 1, 3, wide);
+        const char *longs[] = {long255, long256, long1000, long3000, "y"};
+        write_columns(path("long.h5"), longs, 5, 1, rows);
+    }
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+static void remove_files(void)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_test_rank() == 0) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", dir);
+    }
+}
+
+static int fit_one(const char *name, mt_train_fn fn, void *arg, const char *file,
+                   mt_data_config data, int max_failures, int verbose, char *err, size_t len)
+{
+    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .overwrite = true,
+                                     .name = name, .verbose = verbose,
+                                     .failure.max_failures = max_failures},
+                             .data = data};
+    mt_trainer *t = NULL;
+    mt_result *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fn, arg, &cfg), MT_OK);
+    if (file)
+        CU_ASSERT_EQUAL(mt_trainer_add_dataset(t, "d", file, "/g"), MT_OK);
+    int rc = mt_trainer_fit(t, &r);
+    if (err)
+        snprintf(err, len, "%s", mt_result_error(r) ? mt_result_error(r) : "");
+    mt_result_free(&r);
+    mt_trainer_destroy(&t);
+    return rc;
+}
+
+/* ------------------------------------------------------------ batch sizes */
+
+typedef struct {
+    size_t bs;
+    bool drop_last;
+    int64_t batches, rows;
+} batch_arg;
+
+static int count_batches(mt_context *c, void *varg)
+{
+    batch_arg *a = varg;
+    mt_shard *s;
+    int rc = mt_get_dataset_shard(c, "d", &s);
+    if (!rc)
+        rc = mt_shard_begin_epoch(s, 0, &(mt_iter_options){.batch_size = a->bs, .shuffle = true,
+                                                           .drop_last = a->drop_last});
+    const mt_batch *b;
+    a->batches = a->rows = 0;
+    int more = rc ? rc : 1;
+    while (more == 1 && (more = mt_shard_next(s, &b)) == 1) {
+        a->batches++;
+        a->rows += (int64_t)mt_batch_rows(b);
+        if (!mt_batch_column(b, "x", MT_F64))
+            return MT_EIO;
+    }
+    return more;
+}
+
+/* batch_size from 2^32 (a division by zero on every rank) to SIZE_MAX (an allocation by
+ * batch size): a batch holds at most the shard's rows. */
+static void test_huge_batch_sizes(void)
+{
+    size_t sizes[] = {(size_t)1 << 32, ((size_t)1 << 32) + 1, 1000000000, SIZE_MAX,
+                      SIZE_MAX / 2 + 1, 65};
+    int64_t per_rank = 64 / mt_test_size();
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        batch_arg a = {.bs = sizes[i]};
+        char err[1024];
+        MT_ASSERT_INT_EQ(fit_one("batch", count_batches, &a, path("small.h5"), (mt_data_config){0},
+                                 0, MT_VERBOSE_SILENT, err, sizeof err), MT_OK);
+        MT_ASSERT_INT_EQ(a.batches, 1); MT_ASSERT_STR_EQ(err, "");
+        MT_ASSERT_INT_EQ(a.rows, per_rank);
+        a.drop_last = true; /* the one batch is incomplete: dropped */
+        err[0] = 0;
+        MT_ASSERT_INT_EQ(fit_one("batch", count_batches, &a, path("small.h5"), (mt_data_config){0},
+                                 0, MT_VERBOSE_SILENT, err, sizeof err), MT_OK);
+        MT_ASSERT_INT_EQ(a.batches, 0);
+        MT_ASSERT_STR_EQ(err, "");
+    }
+}
+
+/* ------------------------------------------------------------ files that lie */
+
+typedef struct {
+    long grown_kib;
+    int64_t rows;
+} huge_arg;
+
+static int read_one_batch(mt_context *c, void *varg)
+{
+    huge_arg *a = varg;
+    long base = mt_test_status_kib("VmRSS");
+    mt_shard *s;
+    int rc = mt_get_dataset_shard(c, "d", &s);
+    if (!rc)
+        rc = mt_shard_begin_epoch(s, 0, &(mt_iter_options){.batch_size = 16, .shuffle = true});
+    const mt_batch *b;
+    if (!rc)
+        rc = mt_shard_next(s, &b) == 1 ? MT_OK : MT_EIO;
+    a->rows = mt_shard_rows(s);
+    a->grown_kib = mt_test_status_kib("VmRSS") - base;
+    return rc;
+}
+
+/* A dataset claiming 2^50 rows in a small file: planning the epoch must not allocate by
+ * rows (it took 5-8 GiB per rank). The stated bound is 40 MiB per shard; windows are
+ * bounded by data.memory_limit (1 MiB here). */
+static void test_plan_memory_is_bounded(void)
+{
+    huge_arg a = {0};
+    char err[1024];
+    MT_ASSERT_INT_EQ(fit_one("huge", read_one_batch, &a, path("huge.h5"),
+                             (mt_data_config){.memory_limit = 1 << 20}, 0, MT_VERBOSE_SILENT, err,
+                             sizeof err), MT_OK);
+    CU_ASSERT(a.rows == ((int64_t)1 << 50) / mt_test_size());
+    if (a.grown_kib > 64 * 1024)
+        fprintf(stderr, "rank %d: resident memory grew %ld KiB planning 2^50 rows\n",
+                mt_test_rank(), a.grown_kib);
+    CU_ASSERT(a.grown_kib < 64 * 1024);
+}
+
+static int open_only(mt_context *c, void *varg)
+{
+    mt_shard *s;
+    int rc = mt_get_dataset_shard(c, "d", &s);
+    if (!rc && varg) {
+        const char **want = varg;
+        for (int i = 0; want[i]; i++) { /* every name whole, never cut to a buffer */
+            bool found = false;
+            for (int k = 0; k < mt_shard_num_columns(s); k++)
+                found |= !strcmp(mt_shard_column_name(s, k), want[i]);
+            if (!found)
+                return mt__error(MT_EINVAL, "column %zu bytes long is missing", strlen(want[i]));
+        }
+    }
+    return rc;
+}
+
+/* More dimensions than the fixed arrays hold, rows wider than memory: MT_EFORMAT naming
+ * the file and column on every rank. */
+static void test_columns_beyond_limits(void)
+{
+    char err[1024];
+    MT_ASSERT_INT_EQ(fit_one("deep", open_only, NULL, path("deep.h5"), (mt_data_config){0}, 0,
+                             MT_VERBOSE_SILENT, err, sizeof err), MT_EFORMAT);
+    MT_ASSERT_STR_CONTAINS(err, "deep.h5:/g/x: has 32 dimensions (need 1 to 8");
+    MT_ASSERT_INT_EQ(fit_one("wide", open_only, NULL, path("wide.h5"), (mt_data_config){0}, 0,
+                             MT_VERBOSE_SILENT, err, sizeof err), MT_EFORMAT);
+    MT_ASSERT_STR_CONTAINS(err, "wide.h5:/g/x: a row of shape");
+}
+
+/* Column names at and past 255 bytes (HDF5 allows long names): opened whole, and the
+ * description rank 0 prints holds each in full (it overflowed a stack buffer). */
+static void test_long_column_names(void)
+{
+    const char *want[] = {long255, long256, long1000, long3000, "y", NULL};
+    char err[1024], out[600];
+    snprintf(out, sizeof out, "%s/describe.txt", dir);
+    int saved = -1;
+    if (mt_test_rank() == 0) { /* rank 0's stdout into a file for the length of the fit */
+        fflush(stdout);
+        saved = dup(1);
+        FILE *f = fopen(out, "w");
+        dup2(fileno(f), 1);
+        fclose(f);
+    }
+    int rc = fit_one("long", open_only, want, path("long.h5"), (mt_data_config){0}, 0, 1, err,
+                     sizeof err);
+    if (mt_test_rank() == 0) {
+        fflush(stdout);
+        dup2(saved, 1);
+        close(saved);
+    }
+    MT_ASSERT_INT_EQ(rc, MT_OK);
+    MT_ASSERT_STR_EQ(err, "");
+    if (mt_test_rank() == 0) {
+        FILE *f = fopen(out, "r");
+        char *text = calloc(1, 1 << 16);
+        size_t n = f ? fread(text, 1, (1 << 16) - 1, f) : 0;
+        text[n] = '\0';
+        if (f)
+            fclose(f);
+        for (int i = 0; i < 4; i++) {
+            char needle[3100];
+            snprintf(needle, sizeof needle, " %s (u8)", want[i]);
+            CU_ASSERT(strstr(text, needle) != NULL);
+        }
+        MT_ASSERT_STR_CONTAINS(text, ", y (u8); split over");
+        free(text);
+    }
+}
+
+/* ------------------------------------------------------------ run.json from outside */
+
+static int report_once(mt_context *c, void *arg)
+{
+    mt_metrics *m = mt_metrics_new();
+    mt_metrics_set_i64(m, "i", 1);
+    int rc = mt_report(c, m, NULL);
+    mt_metrics_free(&m);
+    return rc;
+}
+
+static int report_once_counted(mt_context *c, void *arg)
+{
+    (*(int *)arg)++;
+    return report_once(c, NULL);
+}
+
+/* A run.json naming "../victim" as a checkpoint (a resume point, or a folder retention
+ * would delete): every rank gets MT_EFORMAT naming run.json before training, and the
+ * folder outside the run is untouched. */
+static void test_run_json_outside_names(void)
+{
+    char victim[512], keep[600], run[512], file[600];
+    snprintf(victim, sizeof victim, "%s/victim", mt_test_storage());
+    snprintf(keep, sizeof keep, "%s/keep.txt", victim);
+    snprintf(run, sizeof run, "%s/hostile", mt_test_storage());
+    const char *latest[] = {"null", "\"../victim\""};
+    for (int k = 0; k < 2; k++) {
+        if (mt_test_rank() == 0) {
+            mkdir(mt_test_storage(), 0755);
+            mkdir(victim, 0755);
+            FILE *f = fopen(keep, "w");
+            fputs("precious\n", f);
+            fclose(f);
+            mkdir(run, 0755);
+            snprintf(file, sizeof file, "%s/run.json", run);
+            f = fopen(file, "w");
+            fprintf(f, "{\"status\": \"running\", \"attempts\": 1, \"failures\": 0, "
+                       "\"next_checkpoint_index\": 2, \"training_iteration\": 1, "
+                       "\"time_total_s\": 1.0, \"checkpoints\": [{\"name\": \"%s\", \"index\": 0, "
+                       "\"training_iteration\": 1, \"metrics\": {}}], \"latest\": %s}",
+                    k ? "checkpoint_000000" : "../victim", latest[k]);
+            fclose(f);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .name = "hostile",
+                                         .verbose = MT_VERBOSE_SILENT,
+                                         .checkpoint.num_to_keep = 1}};
+        mt_trainer *t = NULL;
+        mt_result *r = NULL;
+        CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, report_once, NULL, &cfg), MT_OK);
+        MT_ASSERT_INT_EQ(mt_trainer_fit(t, &r), MT_EFORMAT);
+        MT_ASSERT_STR_CONTAINS(mt_result_error(r), "hostile/run.json: ");
+        mt_result_free(&r);
+        mt_trainer_destroy(&t);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (mt_test_rank() == 0)
+            CU_ASSERT(access(keep, R_OK) == 0);
+    }
+}
+
+
+
+/* Resume from a checkpoint.h5 whose array has 32 dimensions (it overflowed dims[8] on
+ * rank 0): the checkpoint is skipped with a warning naming the file and array, and the
+ * run starts from the beginning on every rank. */
+typedef struct {
+    int attempt_seen;
+    bool restored;
+} resume_arg;
+
+static int fail_after_checkpoint(mt_context *c, void *varg)
+{
+    resume_arg *a = varg;
+    a->attempt_seen = mt_attempt(c);
+    a->restored = mt_get_checkpoint(c) != NULL;
+    if (mt_attempt(c) > 0) /* the second start completes, restored or not */
+        return MT_OK;
+    mt_checkpoint *ck = mt_checkpoint_new();
+    int v = 1;
+    mt_checkpoint_put(ck, "v", MT_I32, 1, (size_t[]){1}, &v, MT_REPLICATED);
+    mt_metrics *m = mt_metrics_new();
+    mt_metrics_set_i64(m, "i", 0);
+    int rc = mt_report(c, m, ck);
+    mt_metrics_free(&m);
+    mt_checkpoint_free(&ck);
+    return rc ? rc : MT_EIO;
+}
+
+static void test_resume_from_deep_checkpoint(void)
+{
+    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .name = "deepck",
+                                     .verbose = MT_VERBOSE_SILENT}};
+    resume_arg a = {0};
+    mt_trainer *t = NULL;
+    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fail_after_checkpoint, &a, &cfg), MT_OK);
+    MT_ASSERT_INT_EQ(mt_trainer_fit(t, NULL), MT_EIO);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_test_rank() == 0) { /* the same file, plus a 32-dimensional array */
+        char h5[600];
+        snprintf(h5, sizeof h5, "%s/deepck/checkpoint_000000/checkpoint.h5", mt_test_storage());
+        hid_t f = H5Fopen(h5, H5F_ACC_RDWR, H5P_DEFAULT);
+        CU_ASSERT(f >= 0);
+        hsize_t dims[32];
+        for (int d = 0; d < 32; d++)
+            dims[d] = 1;
+        hid_t sp = H5Screate_simple(32, dims, NULL);
+        hid_t ds = H5Dcreate2(f, "deep", H5T_NATIVE_UINT8, sp, H5P_DEFAULT, H5P_DEFAULT,
+                              H5P_DEFAULT);
+        unsigned char one = 1;
+        H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, &one);
+        H5Dclose(ds);
+        H5Sclose(sp);
+        H5Fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    a = (resume_arg){0};
+    MT_ASSERT_INT_EQ(mt_trainer_fit(t, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(a.attempt_seen, 1);
+    CU_ASSERT(!a.restored); /* skipped, not restored */
+    mt_trainer_destroy(&t);
+    /* mt_result_load lists it without its arrays, and does not crash */
+    char run[600];
+    snprintf(run, sizeof run, "%s/deepck", mt_test_storage());
+    mt_result *r = NULL;
+    MT_ASSERT_INT_EQ(mt_result_load(run, &r), MT_OK);
+    mt_result_free(&r);
+}
+
+/* ------------------------------------------------------------ one rank's bad input */
+
+/* A bad environment knob on the last rank only: every rank leaves fit with the same
+ * error before training, naming that rank and the variable. */
+static void test_bad_env_on_one_rank(void)
+{
+    int last = mt_test_size() - 1;
+    if (mt_test_rank() == last)
+        setenv("MT_IO_READAHEAD", "yes", 1);
+    char err[1024];
+    int calls = 0;
+    int rc = fit_one("envrank", report_once_counted, &calls, NULL, (mt_data_config){0}, 0,
+                     MT_VERBOSE_SILENT, err, sizeof err);
+    unsetenv("MT_IO_READAHEAD");
+    MT_ASSERT_INT_EQ(rc, MT_EINVAL);
+    char want[128];
+    snprintf(want, sizeof want, "rank %d failed: MT_IO_READAHEAD: 'yes' is not 0 or 1", last);
+    MT_ASSERT_STR_CONTAINS(err, want);
+    MT_ASSERT_INT_EQ(calls, 0);
+}
+
+/* ------------------------------------------------------------ API misuse */
+
+typedef struct {
+    mt_trainer *self;
+    mt_context *ctx;
+    mt_shard *shard;
+    const mt_batch *batch;
+    const mt_checkpoint *restored;
+    mt_fusion *fusion;
+    float grad[4];
+    int calls;
+    int nested_rc, finalize_rc;
+    char nested_msg[256];
+} keep_arg;
+
+static int keeps_things(mt_context *c, void *varg)
+{
+    keep_arg *a = varg;
+    a->calls++;
+    a->ctx = c;
+    int rc = mt_get_dataset_shard(c, "d", &a->shard);
+    if (!rc)
+        rc = mt_shard_begin_epoch(a->shard, 0, &(mt_iter_options){.batch_size = 4});
+    if (!rc)
+        rc = mt_shard_next(a->shard, &a->batch) == 1 ? MT_OK : MT_EIO;
+    if (rc)
+        return rc;
+    if (mt_attempt(c) == 0) { /* a checkpoint, then a failure: attempt 1 restores it */
+        mt_checkpoint *ck = mt_checkpoint_new();
+        int v = 7;
+        mt_checkpoint_put(ck, "v", MT_I32, 1, (size_t[]){1}, &v, MT_REPLICATED);
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_i64(m, "i", 0);
+        rc = mt_report(c, m, ck);
+        mt_metrics_free(&m);
+        mt_checkpoint *copy = ck;
+        mt_checkpoint_free(&ck);
+        /* a copy of a freed checkpoint: refused, not read */
+        MT_ASSERT_INT_EQ(mt_checkpoint_put(copy, "w", MT_I32, 1, (size_t[]){1}, &v,
+                                           MT_REPLICATED), MT_EINVAL);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "not a live checkpoint");
+        mt_checkpoint_free(&copy); /* a second free: refused */
+        CU_ASSERT_PTR_NOT_NULL(copy);
+        return rc ? rc : MT_EIO;
+    }
+    a->restored = mt_get_checkpoint(c);
+    if (!a->fusion && mt_fusion_create(c, 0, &a->fusion) == MT_OK) { /* kept past fit */
+        mt_fusion_add(a->fusion, a->grad, 4);
+        mt_fusion_ready(a->fusion, 0);
+        if ((rc = mt_fusion_wait(a->fusion)))
+            return rc;
+    }
+    /* fit from inside the training function: refused, the function is not run again */
+    a->nested_rc = mt_trainer_fit(a->self, NULL);
+    snprintf(a->nested_msg, sizeof a->nested_msg, "%s", mt_last_error());
+    a->finalize_rc = mt_finalize();
+    mt_trainer_destroy(&a->self); /* refused while its fit runs */
+    return a->self ? MT_OK : MT_EIO;
+}
+
+/* A context, shard, batch or restored checkpoint kept past fit; fit from inside the
+ * training function; mt_finalize and mt_trainer_destroy inside it: MT_EINVAL (or a
+ * refusal) with a message, never a use after free or a second run of the function. */
+static void test_misuse_after_and_inside_fit(void)
+{
+    keep_arg a = {0};
+    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .overwrite = true,
+                                     .name = "misuse", .verbose = MT_VERBOSE_SILENT,
+                                     .failure.max_failures = 1}};
+    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&a.self, keeps_things, &a, &cfg), MT_OK);
+    CU_ASSERT_EQUAL(mt_trainer_add_dataset(a.self, "d", path("small.h5"), "/g"), MT_OK);
+    mt_result *r = NULL;
+    MT_ASSERT_INT_EQ(mt_trainer_fit(a.self, &r), MT_OK);
+    mt_result_free(&r);
+    MT_ASSERT_INT_EQ(a.calls, 2); /* attempt 0 and the retry, and nothing more */
+    MT_ASSERT_INT_EQ(a.nested_rc, MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(a.nested_msg, "a fit is running already");
+    MT_ASSERT_INT_EQ(a.finalize_rc, MT_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(a.restored);
+    /* everything fit owned is gone: each call says so */
+    mt_metrics *m = mt_metrics_new();
+    mt_metrics_set_i64(m, "i", 1);
+    MT_ASSERT_INT_EQ(mt_report(a.ctx, m, NULL), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_report: not a live context");
+    mt_metrics_free(&m);
+    MT_ASSERT_INT_EQ(mt_world_size(a.ctx), 0);
+    MT_ASSERT_INT_EQ(mt_world_rank(a.ctx), -1);
+    CU_ASSERT_PTR_NULL(mt_run_dir(a.ctx));
+    CU_ASSERT(!mt_should_checkpoint(a.ctx));
+    double x = 1;
+    MT_ASSERT_INT_EQ(mt_allreduce(a.ctx, &x, 1, MT_F64, MT_SUM), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_barrier(a.ctx), MT_EINVAL);
+    CU_ASSERT_PTR_NULL(mt_get_checkpoint(a.ctx));
+    mt_shard *s = NULL;
+    MT_ASSERT_INT_EQ(mt_get_dataset_shard(a.ctx, "d", &s), MT_EINVAL);
+    const mt_batch *b = NULL;
+    MT_ASSERT_INT_EQ(mt_shard_next(a.shard, &b), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "not a live shard");
+    MT_ASSERT_INT_EQ(mt_shard_begin_epoch(a.shard, 1, NULL), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_shard_rows(a.shard), 0);
+    CU_ASSERT_PTR_NULL(mt_shard_column_name(a.shard, 0));
+    MT_ASSERT_INT_EQ(mt_batch_rows(a.batch), 0);
+    CU_ASSERT_PTR_NULL(mt_batch_column(a.batch, "x", MT_U8));
+    int v = 0;
+    MT_ASSERT_INT_EQ(mt_checkpoint_get(a.restored, "v", MT_I32, &v, 1), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "not a live checkpoint");
+    CU_ASSERT_PTR_NULL(mt_checkpoint_path(a.restored));
+    MT_ASSERT_INT_EQ(mt_fusion_ready(a.fusion, 0), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_fusion_wait(a.fusion), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "the fusion's context ended with its fit");
+    MT_ASSERT_INT_EQ(mt_fusion_add(a.fusion, a.grad, 4), MT_EINVAL);
+    mt_fusion_destroy(&a.fusion); /* still the program's to free */
+    CU_ASSERT_PTR_NULL(a.fusion);
+    /* the trainer survived its refused destroy and can run again */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a.self);
+    mt_trainer_destroy(&a.self);
+    CU_ASSERT_PTR_NULL(a.self);
+}
+
+static const mt_test tests[] = {
+    {"huge_batch_sizes", test_huge_batch_sizes},
+    {"plan_memory_is_bounded", test_plan_memory_is_bounded},
+    {"columns_beyond_limits", test_columns_beyond_limits},
+    {"long_column_names", test_long_column_names},
+    {"run_json_outside_names", test_run_json_outside_names},
+    {"resume_from_deep_checkpoint", test_resume_from_deep_checkpoint},
+    {"bad_env_on_one_rank", test_bad_env_on_one_rank},
+    {"misuse_after_and_inside_fit", test_misuse_after_and_inside_fit},
+    {NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+    mt_test_before = make_files;
+    mt_test_after = remove_files;
+    return mt_test_main(argc, argv, "mpi_input", tests, true);
+}
