@@ -16,7 +16,8 @@
  * Covered: mt_report with metrics, with a checkpoint (the commit), restore on resume
  * (mt_checkpoint_get, replicated and sharded), shards (mt_get_dataset_shard,
  * mt_shard_begin_epoch, mt_shard_next with conversions), fusion (create, add/ready/wait
- * of a step, wait of a later step). MT_CHAOS_VERBOSE=1 prints each injection.
+ * of a step, wait of a later step). MT_CHAOS_VERBOSE=1 prints each injection, 2 also the
+ * stack of each failing allocation.
  */
 #include "fixtures.h"
 #include "harness.h"
@@ -24,6 +25,7 @@
 #include "../runtime/runtime.h"
 
 #include <errno.h>
+#include <execinfo.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -62,6 +64,11 @@ static bool fail_now(void)
         return false;
     injected = true;
     errno = ENOMEM;
+    const char *v = getenv("MT_CHAOS_VERBOSE");
+    if (v && !strcmp(v, "2")) { /* where the failing allocation is */
+        void *frames[12];
+        backtrace_symbols_fd(frames, backtrace(frames, 12), 2);
+    }
     return true;
 }
 
