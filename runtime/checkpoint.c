@@ -399,8 +399,8 @@ static int write_files(mt_context *c, const mt_checkpoint *ck, const char *dir, 
     return rc;
 }
 
-/* Other ranks: their sharded rows, then their files. */
-static int send_parts(mt_context *c, const mt_checkpoint *ck)
+/* Other ranks: their sharded rows, then their files (through buf, buffer_bytes() long). */
+static int send_parts(mt_context *c, const mt_checkpoint *ck, char *buf)
 {
     int rc = MT_OK;
     for (int i = 0; i < ck->narrays && !rc; i++) {
@@ -414,7 +414,6 @@ static int send_parts(mt_context *c, const mt_checkpoint *ck)
         }
     }
     size_t chunk = buffer_bytes();
-    char *buf = ck->nfiles ? malloc(chunk) : NULL;
     for (int i = 0; i < ck->nfiles && !rc; i++) {
         FILE *in = fopen(ck->files[i].path, "rb");
         struct stat st;
@@ -430,7 +429,6 @@ static int send_parts(mt_context *c, const mt_checkpoint *ck)
         if (in)
             fclose(in);
     }
-    free(buf);
     return rc;
 }
 
@@ -525,38 +523,41 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
     *agreed = true;
     uint64_t sig = 0;
     int nsh = 0, rc = describe_local(ck, &sig, &nsh);
+    /* what this rank needs is allocated before the agreement, so that running out of
+     * memory is agreed instead of leaving the others in the gathers below */
+    int P = c->world_size;
+    int64_t *mine = calloc((size_t)(nsh ? nsh : 1), sizeof *mine);
+    int64_t *all = calloc((size_t)(nsh ? nsh : 1) * (size_t)P, sizeof *all);
+    size_t flen = 0, *flens = NULL;
+    char *fdesc = describe_files(ck, &flen), *allf = NULL;
+    char *fbuf = c->world_rank != 0 && ck->nfiles ? malloc(buffer_bytes()) : NULL;
+    int64_t *rows = c->world_rank == 0 ? calloc((size_t)P, sizeof *rows) : NULL;
+    char *buf = c->world_rank == 0 ? staging(c) : NULL; /* kept in c across commits */
+    if (!rc && (!mine || !all || !fdesc || (c->world_rank != 0 && ck->nfiles && !fbuf) ||
+                (c->world_rank == 0 && (!rows || !buf))))
+        rc = mt__error(MT_ENOMEM, "out of memory committing a checkpoint");
     mt__call call;
     mt__call_init(&call, MT__CALL_REPORT, 1, ck->narrays, nsh);
     call.sig = mt__sig_mix(call.sig, sig);
     rc = mt__agree(c->comm, &call, rc, NULL);
-    if (rc)
-        return rc;
     /* each rank's row count for every sharded array */
-    int P = c->world_size;
-    int64_t *mine = calloc((size_t)(nsh ? nsh : 1), sizeof *mine);
-    int64_t *all = calloc((size_t)(nsh ? nsh : 1) * (size_t)P, sizeof *all);
-    for (int i = 0, k = 0; mine && i < ck->narrays; i++)
+    for (int i = 0, k = 0; !rc && i < ck->narrays; i++)
         if (ck->arrays[i].layout == MT_SHARDED)
             mine[k++] = (int64_t)ck->arrays[i].dims[0];
-    rc = !mine || !all ? mt__error(MT_ENOMEM, "out of memory committing a checkpoint") : MT_OK;
     if (!rc && nsh)
         rc = mt__allgather(c->comm, mine, all, (size_t)nsh, MT_I64);
-    size_t flen = 0, *flens = NULL;
-    char *fdesc = NULL, *allf = NULL;
-    if (!rc) {
-        fdesc = describe_files(ck, &flen);
-        rc = mt__gather_bytes(c->comm, fdesc, fdesc ? flen : 0, &allf, &flens);
-    }
-    if (rc) { /* an MPI failure: nothing sensible is left to do together */
-        free(mine), free(all), free(fdesc), free(allf), free(flens);
+    if (!rc)
+        rc = mt__gather_bytes(c->comm, fdesc, flen, &allf, &flens);
+    if (rc) { /* agreed, or an MPI failure: nothing sensible is left to do together */
+        free(mine), free(all), free(fdesc), free(allf), free(flens), free(fbuf), free(rows);
         return rc;
     }
     *agreed = false; /* from here each rank has its own status; the report agrees on it */
     if (c->world_rank != 0) {
-        rc = send_parts(c, ck);
+        rc = send_parts(c, ck, fbuf);
         /* then wait, off the CPU, while rank 0 finishes the file and publishes it */
         int e = mt__stream_await(c->comm);
-        free(mine), free(all), free(fdesc);
+        free(mine), free(all), free(fdesc), free(fbuf);
         return rc ? rc : e;
     }
     /* rank 0 */
@@ -565,16 +566,14 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", run->dir, name);
     snprintf(h5, sizeof h5, "%s/checkpoint.h5", tmp);
     mt__rmtree(tmp);
-    char *buf = staging(c);
-    int status = buf ? mt__mkdirs(tmp) : mt__error(MT_ENOMEM, "out of memory for the checkpoint buffer");
+    int status = mt__mkdirs(tmp);
     hid_t file = H5I_INVALID_HID;
     if (!status)
         status = mt__ckpt_create(h5, &file);
     int kick_fd = status ? -1 : open(h5, O_RDONLY);
-    int64_t *rows = calloc((size_t)P, sizeof *rows);
     for (int i = 0, k = 0; i < ck->narrays; i++) {
         const mt__ck_array *a = &ck->arrays[i];
-        if (a->layout == MT_SHARDED && rows) {
+        if (a->layout == MT_SHARDED) {
             for (int r = 0; r < P; r++)
                 rows[r] = all[(size_t)r * (size_t)nsh + (size_t)k];
             k++;
