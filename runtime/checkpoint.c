@@ -455,35 +455,37 @@ static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *
 {
     char final[4096];
     snprintf(final, sizeof final, "%s/%s", run->dir, name);
-    int rc = mt__fsync_dir(tmp);
+    /* what recording it takes is allocated before the folder is published: a published
+     * checkpoint left unrecorded would have its name taken again by the next commit */
+    size_t n = (size_t)run->nkept + 1;
+    mt__kept *grown = realloc(run->kept, n * sizeof *grown);
+    if (grown)
+        run->kept = grown;
+    mt_metrics *m = mt_metrics_new();
+    bool *drop = calloc(n, sizeof *drop);
+    mt__kept *keep = calloc(n, sizeof *keep), *gone = calloc(n, sizeof *gone);
+    const char **names = calloc(n, sizeof *names);
+    int rc = grown && m && drop && keep && gone && names && !mt__metrics_copy(m, metrics)
+                 ? mt__fsync_dir(tmp)
+                 : mt__error(MT_ENOMEM, "out of memory recording %s", name);
     if (!rc && rename(tmp, final) != 0)
         rc = mt__error(MT_EIO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-    if (!rc)
-        rc = mt__fsync_dir(run->dir);
-    if (rc)
+    if (rc) {
+        mt_metrics_free(&m);
+        free(drop), free(keep), free(gone), free(names);
         return rc;
-    mt__kept *k = realloc(run->kept, (size_t)(run->nkept + 1) * sizeof *k);
-    if (!k)
-        return mt__error(MT_ENOMEM, "out of memory recording %s", name);
-    run->kept = k;
-    k = &run->kept[run->nkept];
+    }
+    mt__kept *k = &run->kept[run->nkept];
     memset(k, 0, sizeof *k);
     snprintf(k->name, sizeof k->name, "%s", name);
     k->index = run->next_index++;
     k->iteration = iteration;
-    if (!(k->metrics = mt_metrics_new()) || mt__metrics_copy(k->metrics, metrics)) {
-        mt_metrics_free(&k->metrics);
-        return mt__error(MT_ENOMEM, "out of memory recording %s", name);
-    }
+    k->metrics = m;
     run->latest = run->nkept++;
-    bool *drop = calloc((size_t)run->nkept, sizeof *drop);
-    if (!drop)
-        return mt__error(MT_ENOMEM, "out of memory applying retention");
-    mt__retention(run->kept, run->nkept, run->latest, &c->cfg->run.checkpoint, drop);
+    int kept_all = mt__retention(run->kept, run->nkept, run->latest, &c->cfg->run.checkpoint, drop);
     /* the state that forgets them is durable before any folder goes */
-    mt__kept *keep = calloc((size_t)run->nkept, sizeof *keep), *gone = calloc((size_t)run->nkept, sizeof *gone);
     int nk = 0, ng = 0, latest = -1;
-    for (int i = 0; keep && gone && i < run->nkept; i++) {
+    for (int i = 0; i < run->nkept; i++) {
         if (drop[i])
             gone[ng++] = run->kept[i];
         else {
@@ -493,27 +495,22 @@ static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *
         }
     }
     free(drop);
-    if (!keep || !gone) {
-        free(keep);
-        free(gone);
-        return mt__error(MT_ENOMEM, "out of memory applying retention");
-    }
     free(run->kept);
     run->kept = keep;
     run->nkept = nk;
     run->latest = latest;
-    rc = mt__run_save(run);
-    const char **names = calloc((size_t)(ng ? ng : 1), sizeof *names);
-    for (int i = 0; names && i < ng; i++)
+    rc = mt__fsync_dir(run->dir);
+    if (!rc)
+        rc = mt__run_save(run);
+    for (int i = 0; i < ng; i++)
         names[i] = gone[i].name;
     if (!rc)
-        rc = names ? mt__run_drop(run, names, ng)
-                   : mt__error(MT_ENOMEM, "out of memory applying retention");
+        rc = mt__run_drop(run, names, ng);
     free(names);
     for (int i = 0; i < ng; i++)
         mt_metrics_free(&gone[i].metrics);
     free(gone);
-    return rc;
+    return rc ? rc : kept_all;
 }
 
 int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *run,

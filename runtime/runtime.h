@@ -80,9 +80,9 @@ int mt__run_drop(mt__rundir *r, const char *const *names, int n);
 void mt__run_reap_wait(mt__rundir *r);
 
 /* Retention: which kept checkpoints to delete now (Ray Train's rules; see DESIGN.md).
- * Fills drop[i] for each kept entry. */
-void mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,
-                   bool *drop);
+ * Fills drop[i] for each kept entry; MT_ENOMEM (none dropped) when out of memory. */
+int mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,
+                  bool *drop);
 
 /* Positions of kept entries, best first (newest first without a score attribute). */
 void mt__rank_kept(const mt__kept *kept, int n, const mt_checkpoint_config *cfg, int *order);
