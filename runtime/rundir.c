@@ -127,12 +127,16 @@ void mt__run_free(mt__rundir *r)
 json_t *mt__run_to_json(const mt__rundir *r)
 {
     json_t *kept = json_array();
-    for (int i = 0; i < r->nkept; i++) {
+    for (int i = 0; kept && i < r->nkept; i++) {
         const mt__kept *k = &r->kept[i];
-        json_array_append_new(kept, json_pack("{s:s, s:I, s:I, s:o}", "name", k->name, "index",
-                                              (json_int_t)k->index, "training_iteration",
-                                              (json_int_t)k->iteration, "metrics",
-                                              mt__metrics_to_json(k->metrics)));
+        /* out of memory: no run.json at all rather than one that forgets a checkpoint */
+        if (json_array_append_new(kept, json_pack("{s:s, s:I, s:I, s:o}", "name", k->name,
+                                                  "index", (json_int_t)k->index,
+                                                  "training_iteration", (json_int_t)k->iteration,
+                                                  "metrics", mt__metrics_to_json(k->metrics)))) {
+            json_decref(kept);
+            return NULL;
+        }
     }
     return json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:o, s:s?}", "status", r->status,
                      "attempts", r->attempts, "failures", r->failures, "next_checkpoint_index",
