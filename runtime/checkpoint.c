@@ -683,7 +683,7 @@ char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix)
     for (int i = 0; i < ix->nmeta; i++)
         json_object_set_new(meta, ix->meta_keys[i], json_string(ix->meta_values[i]));
     json_t *j = json_pack("{s:s, s:o, s:o}", "path", path, "arrays", arrays, "meta", meta);
-    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *text = mt__json_dumps(j, JSON_COMPACT);
     json_decref(j);
     return text;
 }

@@ -145,10 +145,22 @@ json_t *mt__run_to_json(const mt__rundir *r)
                      r->latest >= 0 ? r->kept[r->latest].name : NULL);
 }
 
+char *mt__json_dumps(const json_t *j, size_t flags)
+{
+    char *text = j ? json_dumps(j, flags) : NULL;
+    json_t *back = text ? json_loads(text, 0, NULL) : NULL;
+    if (text && !json_equal((json_t *)j, back)) {
+        free(text);
+        text = NULL;
+    }
+    json_decref(back);
+    return text;
+}
+
 int mt__run_save(const mt__rundir *r)
 {
     json_t *j = mt__run_to_json(r);
-    char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+    char *text = mt__json_dumps(j, JSON_INDENT(2));
     json_decref(j);
     if (!text)
         return mt__error(MT_ENOMEM, "out of memory writing run.json");

@@ -64,6 +64,9 @@ int mt__fsync_dir(const char *path);
 int mt__rmtree(const char *path);
 int mt__write_atomic(const char *dir, const char *name, const char *text);
 void mt__run_free(mt__rundir *r);
+/* json_dumps, checked by parsing the text back: out of memory, jansson's dump can leave an
+ * object key out and still return text. NULL when the text is not the document. */
+char *mt__json_dumps(const json_t *j, size_t flags);
 json_t *mt__run_to_json(const mt__rundir *r);
 int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where);
 int mt__run_load(mt__rundir *r, const char *dir);

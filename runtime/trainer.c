@@ -250,7 +250,7 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
     run->attempts++;
     json_t *params = mt__params_json(&t->cfg, ctx->world_size);
     json_object_set_new(json_object_get(params, "run"), "name", json_string(ctx->name));
-    char *text = params ? json_dumps(params, JSON_INDENT(2)) : NULL;
+    char *text = mt__json_dumps(params, JSON_INDENT(2));
     json_decref(params);
     rc = text ? mt__write_atomic(ctx->run_dir, "params.json", text) : MT_ENOMEM;
     free(text);
@@ -269,7 +269,7 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
 /* Rank 0's JSON to every rank (collective). */
 static int share_json(mt_context *ctx, json_t **j)
 {
-    char *text = ctx->world_rank == 0 && *j ? json_dumps(*j, JSON_COMPACT) : NULL;
+    char *text = ctx->world_rank == 0 ? mt__json_dumps(*j, JSON_COMPACT) : NULL;
     int64_t len = text ? (int64_t)strlen(text) + 1 : 0;
     int rc = mt__broadcast(ctx->comm, &len, 1, MT_I64, 0);
     if (!rc && ctx->world_rank != 0)
