@@ -932,6 +932,12 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
     if (!ck || !ck->ctx)
         return rc ? rc : get_local(ck, a, t, out);
     mt_context *c = ck->ctx;
+    /* every rank's buffer is agreed on before pieces move: a rank without one cannot
+     * take part in the broadcasts or the stream */
+    size_t es = a ? mt_dtype_size(a->dtype) : 1, chunk = row_chunk(re * es);
+    char *buf = rc ? NULL : malloc(chunk);
+    if (!rc && !buf)
+        rc = mt__error(MT_ENOMEM, "out of memory restoring %s", name);
     mt__call call;
     uint64_t h = 0;
     for (const char *p = name ? name : ""; *p; p++)
@@ -939,17 +945,17 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
     mt__call_init(&call, MT__CALL_CKPT_GET, 0, (int64_t)t, 0);
     call.sig = mt__sig_mix(call.sig, h);
     rc = mt__agree(c->comm, &call, rc, NULL);
-    if (rc)
+    if (rc) {
+        free(buf);
         return rc;
-    size_t es = mt_dtype_size(a->dtype), chunk = row_chunk(re * es);
+    }
     converter cv = {out, t, a->dtype};
     int status = MT_OK;
     if (c->world_rank == 0) {
         char h5[4200];
         snprintf(h5, sizeof h5, "%s/checkpoint.h5", ck->path);
         hid_t f = H5I_INVALID_HID, ds = H5I_INVALID_HID;
-        char *buf = malloc(chunk);
-        status = buf ? mt__ckpt_open(h5, &f) : MT_ENOMEM;
+        status = mt__ckpt_open(h5, &f);
         if (!status)
             status = mt__ckpt_open_array(f, a->name, &ds);
         uLong crc = crc32(0, NULL, 0);
@@ -984,9 +990,7 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
             mt__ckpt_close_array(ds);
         if (f >= 0)
             mt__ckpt_close(f, h5, false);
-        free(buf);
     } else if (a->layout == MT_REPLICATED) {
-        char *buf = malloc(chunk);
         size_t offset = 0;
         for (;;) {
             uint64_t len = 0;
@@ -1003,13 +1007,9 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
             convert_piece(buf, (size_t)len, offset, &cv);
             offset += (size_t)len;
         }
-        free(buf);
-    } else {
-        char *buf = malloc(chunk);
-        status = buf ? mt__stream_recv(c->comm, 0, rows * re * es, buf, chunk, convert_piece, &cv)
-                     : MT_ENOMEM;
-        free(buf);
-    }
+    } else
+        status = mt__stream_recv(c->comm, 0, rows * re * es, buf, chunk, convert_piece, &cv);
+    free(buf);
     mt__call done;
     mt__call_init(&done, MT__CALL_CKPT_GET, 1, (int64_t)t, 0);
     return mt__agree(c->comm, &done, status, NULL);
