@@ -155,6 +155,16 @@ static mt_dtype dtype_of(hid_t ft)
     return 0;
 }
 
+/* One value: what layout and crc32 must be (an array attribute would overrun the read). */
+static bool scalar_attr(hid_t at)
+{
+    hid_t sp = H5Aget_space(at);
+    bool one = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1;
+    if (sp >= 0)
+        H5Sclose(sp);
+    return one;
+}
+
 static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void *arg)
 {
     mt__ckpt_index *ix = arg;
@@ -174,20 +184,30 @@ static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void
     hid_t ft = H5Dget_type(ds), sp = H5Dget_space(ds);
     a->dtype = dtype_of(ft);
     a->ndim = H5Sget_simple_extent_ndims(sp);
-    hsize_t d[8];
-    H5Sget_simple_extent_dims(sp, d, NULL);
-    for (int i = 0; i < a->ndim; i++)
-        a->dims[i] = d[i];
     snprintf(a->name, sizeof a->name, "%s", name);
     int ok = a->dtype && a->ndim >= 1 && a->ndim <= 8;
+    /* a hostile file cannot make the reader loop over rows it does not hold: every array
+     * is written whole, so its stored bytes are its shape's bytes */
+    hsize_t d[8], bytes = ok ? H5Tget_size(ft) : 0;
+    if (ok && H5Sget_simple_extent_dims(sp, d, NULL) < 0)
+        ok = 0;
+    for (int i = 0; ok && i < a->ndim; i++) {
+        a->dims[i] = d[i];
+        if (d[i] && bytes > UINT64_MAX / d[i])
+            ok = 0;
+        else
+            bytes *= d[i];
+    }
+    if (ok && H5Dget_storage_size(ds) != bytes)
+        ok = 0;
     hid_t at;
     if (ok && (at = H5Aopen(ds, "layout", H5P_DEFAULT)) >= 0) {
-        H5Aread(at, H5T_NATIVE_INT, &a->layout);
+        ok = scalar_attr(at) && H5Aread(at, H5T_NATIVE_INT, &a->layout) >= 0;
         H5Aclose(at);
     } else
         ok = 0;
     if (ok && (at = H5Aopen(ds, "crc32", H5P_DEFAULT)) >= 0) {
-        H5Aread(at, H5T_NATIVE_UINT32, &a->crc);
+        ok = scalar_attr(at) && H5Aread(at, H5T_NATIVE_UINT32, &a->crc) >= 0;
         H5Aclose(at);
     } else
         ok = 0;
@@ -217,8 +237,11 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
         return 0;
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
     hid_t t = H5Aget_type(a);
-    size_t n = H5Tget_size(t);
-    char *v = calloc(n + 1, 1);
+    /* a fixed-length string of one value, as written; anything else would overrun v */
+    size_t n = H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t) && scalar_attr(a)
+                   ? H5Tget_size(t)
+                   : 0;
+    char *v = n ? calloc(n + 1, 1) : NULL;
     char **keys = realloc(ix->meta_keys, (size_t)(ix->nmeta + 1) * sizeof *keys);
     if (keys)
         ix->meta_keys = keys;
