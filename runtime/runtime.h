@@ -67,6 +67,10 @@ void mt__run_free(mt__rundir *r);
 /* json_dumps, checked by parsing the text back: out of memory, jansson's dump can leave an
  * object key out and still return text. NULL when the text is not the document. */
 char *mt__json_dumps(const json_t *j, size_t flags);
+/* Call mt__json_watch before a json_load*; after it failed, mt__json_oom says whether it
+ * ran out of memory (rather than met bad JSON). */
+void mt__json_watch(void);
+bool mt__json_oom(const json_error_t *e);
 json_t *mt__run_to_json(const mt__rundir *r);
 int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where);
 int mt__run_load(mt__rundir *r, const char *dir);
