@@ -188,28 +188,38 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
 /* ------------------------------------------------------------ the run directory */
 
 /* Rank 0: the latest good checkpoint (or none) becomes where this attempt starts; reports
- * after it move aside; returns the JSON the other ranks need. */
-static json_t *resume_point(mt__rundir *run, int verbose)
+ * after it move aside; *out is the JSON the other ranks need. An error instead of a start
+ * without the checkpoint it names, or with the reports it redoes kept. */
+static int resume_point(mt__rundir *run, int verbose, json_t **out)
 {
-    int k = mt__checkpoint_pick_valid(run, verbose);
+    *out = NULL;
+    int k = mt__checkpoint_pick_valid(run, verbose), rc = MT_OK;
     int64_t iteration = k >= 0 ? run->kept[k].iteration : 0;
     json_t *ck = json_null();
     if (k >= 0) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[k].name);
         mt_checkpoint *stored = NULL;
-        if (mt__checkpoint_open_stored(dir, &stored) == MT_OK) {
-            char *text = mt__checkpoint_describe(dir, &stored->index);
-            ck = text ? json_string(text) : json_null();
-            free(text);
-        }
+        char *text = NULL;
+        rc = mt__checkpoint_open_stored(dir, &stored);
+        if (!rc && !(text = mt__checkpoint_describe(dir, &stored->index)))
+            rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
+        ck = text ? json_string(text) : NULL;
+        free(text);
         mt_checkpoint_free(&stored);
+        if (!rc && !ck)
+            rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
     }
-    if (mt__run_supersede(run, iteration) != MT_OK)
-        fprintf(stderr, "mpitrain: warning: %s\n", mt_last_error());
-    run->iteration = iteration;
-    return json_pack("{s:i, s:I, s:f, s:o}", "attempt", run->attempts - 1, "iteration",
-                     (json_int_t)iteration, "time_total", run->time_total, "checkpoint", ck);
+    if (!rc)
+        rc = mt__run_supersede(run, iteration);
+    if (!rc)
+        run->iteration = iteration;
+    if (!rc && !(*out = json_pack("{s:i, s:I, s:f, s:O}", "attempt", run->attempts - 1,
+                                  "iteration", (json_int_t)iteration, "time_total",
+                                  run->time_total, "checkpoint", ck)))
+        rc = mt__error(MT_ENOMEM, "out of memory resuming %s", run->dir);
+    json_decref(ck);
+    return rc;
 }
 
 /* Rank 0: create or resume <storage_path>/<name>. */
@@ -249,13 +259,16 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
     snprintf(run->status, sizeof run->status, "running");
     run->attempts++;
     json_t *params = mt__params_json(&t->cfg, ctx->world_size);
-    json_object_set_new(json_object_get(params, "run"), "name", json_string(ctx->name));
+    if (json_object_set_new(json_object_get(params, "run"), "name", json_string(ctx->name))) {
+        json_decref(params); /* no params.json without its name: MT_ENOMEM below */
+        params = NULL;
+    }
     char *text = mt__json_dumps(params, JSON_INDENT(2));
     json_decref(params);
     rc = text ? mt__write_atomic(ctx->run_dir, "params.json", text) : MT_ENOMEM;
     free(text);
     if (!rc)
-        *info = resume_point(run, t->cfg.run.verbose);
+        rc = resume_point(run, t->cfg.run.verbose, info);
     if (!rc)
         rc = mt__run_save(run);
     if (!rc)
@@ -438,7 +451,8 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
             run.failures++;
             run.attempts++;
             run.time_total = ctx->time_before + mt__now() - ctx->start;
-            info = resume_point(&run, t->cfg.run.verbose);
+            if (resume_point(&run, t->cfg.run.verbose, &info) != MT_OK)
+                fprintf(stderr, "mpitrain: %s\n", mt_last_error()); /* no info: agreed below */
             if (mt__run_save(&run) != MT_OK)
                 fprintf(stderr, "mpitrain: %s\n", mt_last_error());
             mt__run_close_logs(&run); /* result.json was rewritten: open the new one */
