@@ -85,7 +85,8 @@ void *__wrap_aligned_alloc(size_t align, size_t n)
 {
     return fail_now() ? NULL : __real_aligned_alloc(align, n);
 }
-/* jansson allocates through these (json_set_alloc_funcs in main) */
+/* jansson allocates through these (json_set_alloc_funcs in main; the library chains its
+ * own hook to them) */
 static void *json_malloc(size_t n) { return __wrap_malloc(n); }
 
 static void arm(long n, int rank)
@@ -99,6 +100,9 @@ static void arm(long n, int rank)
 }
 
 static void disarm(void) { atomic_store(&armed, 0); }
+/* Around a training function inside an armed fit: its own calls are other cases' */
+static void pause_injection(void) { atomic_store(&armed, 0); }
+static void resume_injection(void) { atomic_store(&armed, 1); }
 
 /* ------------------------------------------------------------ the loop */
 
@@ -113,6 +117,7 @@ enum {
     COLLECTIVE, /* the failing rank MT_ENOMEM, every other rank MT_EPEER */
     LOCAL,      /* the failing rank MT_ENOMEM, the others MT_OK */
     EITHER,     /* a collective part then a local part: the others all MT_EPEER or all MT_OK */
+    AGREED,     /* fit: the others all MT_EPEER, or all the winning rank's code */
 };
 
 static int verbose(void)
@@ -127,7 +132,7 @@ static int verbose(void)
  * asserted). Every rank calls it together; the decisions are agreed with MPI. */
 static long chaos_loop(mt_context *c, const chaos_case *k, void *st)
 {
-    int size = mt_world_size(c), rank = mt_world_rank(c);
+    int size = mt_test_size(), rank = mt_test_rank();
     long total = 0;
     for (int who = 0; who < size; who++)
         for (long n = 1;; n++) {
@@ -154,6 +159,7 @@ static long chaos_loop(mt_context *c, const chaos_case *k, void *st)
             if (flags[0] && !injected)
                 expect = k->scope == COLLECTIVE ? MT_EPEER
                          : k->scope == LOCAL    ? MT_OK
+                         : k->scope == AGREED   ? (others == MT_ENOMEM ? MT_ENOMEM : MT_EPEER)
                          : others == MT_OK      ? MT_OK
                                                 : MT_EPEER;
             char where[256];
@@ -342,14 +348,53 @@ static int restore_body(mt_context *c, void *arg)
     CU_ASSERT_FATAL(r.srows <= 8);
     chaos_case k = {"mt_checkpoint_get on resume", NULL, restore_op, restore_again, COLLECTIVE};
     expect_injected(k.what, chaos_loop(c, &k, &r));
-    return MT_OK;
+    return mt__error(MT_EIO, "chaos: the run stops here"); /* test_resume_fit resumes it */
 }
 
 static void test_restore(void)
 {
     mt_trainer_config cfg = config("chaos-ckpt");
     cfg.run.checkpoint.num_to_keep = 2;
-    MT_ASSERT_INT_EQ(fit(&cfg, restore_body, NULL, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(fit(&cfg, restore_body, NULL, NULL), MT_EIO);
+}
+
+/* A whole fit that resumes a failed run (rank 0 loads run.json, checks the checkpoints,
+ * every rank learns where to start), with the training function itself left out of the
+ * count; it checks that the checkpoint came back and fails the run again, so that the
+ * next turn resumes too. */
+static int resume_fn(mt_context *c, void *arg)
+{
+    pause_injection();
+    const mt_checkpoint *ck = mt_get_checkpoint(c);
+    float w[12] = {0};
+    int rc = ck ? mt_checkpoint_get(ck, "w", MT_F32, w, 12)
+                : mt__error(MT_EINVAL, "chaos: resumed without the checkpoint");
+    for (int i = 0; !rc && i < 12; i++)
+        if (w[i] != (float)i)
+            rc = mt__error(MT_EINVAL, "chaos: restored w[%d] = %g", i, (double)w[i]);
+    resume_injection();
+    return rc ? rc : mt__error(MT_EIO, "chaos: the run stops here");
+}
+
+static int fit_op(mt_context *unused, void *st)
+{
+    mt_result *r = NULL;
+    int rc = mt_trainer_fit(st, &r);
+    mt_result_free(&r);
+    if (rc == MT_EIO && strstr(mt_last_error(), "the run stops here"))
+        rc = MT_OK; /* the training function's own failure */
+    return rc;
+}
+
+static void test_resume_fit(void)
+{
+    mt_trainer_config cfg = config("chaos-ckpt"); /* failed by test_report_checkpoint */
+    cfg.run.checkpoint.num_to_keep = 2;
+    mt_trainer *t = NULL;
+    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, resume_fn, NULL, &cfg), MT_OK);
+    chaos_case k = {"mt_trainer_fit resuming", NULL, fit_op, NULL, AGREED};
+    expect_injected(k.what, chaos_loop(NULL, &k, t));
+    mt_trainer_destroy(&t);
 }
 
 /* ------------------------------------------------------------ shards */
@@ -578,6 +623,7 @@ static const mt_test tests[] = {
     {"report", test_report},
     {"report_checkpoint", test_report_checkpoint},
     {"restore", test_restore},
+    {"resume_fit", test_resume_fit},
     {"shards", test_shards},
     {"fusion", test_fusion},
     {NULL, NULL},
