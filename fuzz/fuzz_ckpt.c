@@ -31,7 +31,8 @@ static void pick(const char *scratch)
     snprintf(run.kept[0].name, sizeof run.kept[0].name, "checkpoint_000000");
     run.kept[0].metrics = mt_metrics_new();
     run.nkept = 1;
-    mt__checkpoint_pick_valid(&run, 0);
+    int k;
+    mt__checkpoint_pick_valid(&run, 0, &k);
     mt__run_free(&run);
 }
 

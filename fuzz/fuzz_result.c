@@ -128,8 +128,9 @@ static void fuzz_one(const uint8_t *data, size_t len)
         mt__rundir run = {0};
         rc = mt__run_load(&run, run_dir);
         check(rc);
+        int k;
         if (!rc)
-            mt__checkpoint_pick_valid(&run, 0);
+            mt__checkpoint_pick_valid(&run, 0, &k);
         mt__run_free(&run);
     } else if (mode == 1) {
         mt__rundir run = {0};

@@ -171,8 +171,10 @@ static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void
     if (ix->n == ix->cap) {
         int cap = ix->cap ? ix->cap * 2 : 8;
         mt__ckpt_array *a = realloc(ix->arrays, (size_t)cap * sizeof *a);
-        if (!a)
+        if (!a) {
+            ix->oom = true;
             return -1;
+        }
         ix->arrays = a;
         ix->cap = cap;
     }
@@ -217,7 +219,8 @@ static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void
         if (n > 0 && n <= 1 << 20 && (a->offsets = malloc((size_t)n * sizeof(int64_t)))) {
             H5Aread(at, H5T_NATIVE_INT64, a->offsets);
             a->noffsets = (int)n;
-        }
+        } else if (n > 0 && n <= 1 << 20)
+            ok = 0, ix->oom = true;
         H5Sclose(asp);
         H5Aclose(at);
     }
@@ -249,12 +252,15 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
     if (vals)
         ix->meta_values = vals;
     int rc = -1;
-    if (v && keys && vals && H5Aread(a, t, v) >= 0) {
-        ix->meta_keys[ix->nmeta] = strdup(name + 5);
+    char *k = n && keys && vals ? strdup(name + 5) : NULL;
+    if (n && (!v || !keys || !vals || !k))
+        ix->oom = true;
+    if (v && k && H5Aread(a, t, v) >= 0) {
+        ix->meta_keys[ix->nmeta] = k;
         ix->meta_values[ix->nmeta++] = v;
         rc = 0;
     } else
-        free(v);
+        free(v), free(k);
     H5Tclose(t);
     H5Aclose(a);
     return rc;
@@ -271,8 +277,10 @@ int mt__ckpt_read_index(hid_t f, const char *path, mt__ckpt_index *ix)
         e = H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_INC, &aidx, list_meta, ix);
     mt__h5_unlock();
     if (e < 0) {
+        bool oom = ix->oom;
         mt__ckpt_index_free(ix);
-        return mt__error(MT_EFORMAT, "%s: corrupt checkpoint index", path);
+        return oom ? mt__error(MT_ENOMEM, "%s: out of memory reading the checkpoint index", path)
+                   : mt__error(MT_EFORMAT, "%s: corrupt checkpoint index", path);
     }
     return MT_OK;
 }

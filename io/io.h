@@ -76,6 +76,7 @@ typedef struct {
     int n, cap;
     char **meta_keys, **meta_values;
     int nmeta;
+    bool oom;           /* reading it ran out of memory (not a corrupt file) */
 } mt__ckpt_index;
 int mt__ckpt_create(const char *path, hid_t *out);
 int mt__ckpt_open(const char *path, hid_t *out);

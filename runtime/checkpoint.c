@@ -639,7 +639,7 @@ static int verify(const char *dir, mt__ckpt_index *ix)
     return rc;
 }
 
-int mt__checkpoint_pick_valid(mt__rundir *run, int verbose)
+int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int *picked)
 {
     /* newest first */
     for (;;) {
@@ -647,16 +647,20 @@ int mt__checkpoint_pick_valid(mt__rundir *run, int verbose)
         for (int i = 0; i < run->nkept; i++)
             if (best < 0 || run->kept[i].index > run->kept[best].index)
                 best = i;
+        *picked = best;
         if (best < 0)
-            return -1;
+            return MT_OK;
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[best].name);
         mt__ckpt_index ix;
-        if (verify(dir, &ix) == MT_OK) {
+        int rc = verify(dir, &ix);
+        if (rc == MT_OK) {
             mt__ckpt_index_free(&ix);
             run->latest = best;
-            return best;
+            return MT_OK;
         }
+        if (rc == MT_ENOMEM) /* not the checkpoint's fault: it must not be forgotten */
+            return rc;
         fprintf(stderr, "mpitrain: warning: skipping %s: %s\n", dir, mt_last_error());
         /* forget it (the folder stays for inspection) */
         mt_metrics_free(&run->kept[best].metrics);

@@ -128,9 +128,10 @@ struct mt_checkpoint {
 int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *run,
                           const mt_metrics *metrics, int64_t iteration, char *name, size_t len,
                           bool *agreed);
-/* Rank 0: the newest kept checkpoint that opens and passes its checksums (warning about
- * any that do not); its position in run->kept, or -1. */
-int mt__checkpoint_pick_valid(mt__rundir *run, int verbose);
+/* Rank 0: the newest kept checkpoint that opens and passes its checksums (warning about,
+ * and forgetting, any that do not); its position in run->kept in *picked, or -1. MT_ENOMEM
+ * (nothing forgotten) when it cannot tell. */
+int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int *picked);
 /* A stored checkpoint's description as JSON text (for the trip to other ranks), and back. */
 char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix);
 int mt__checkpoint_from_description(const char *text, mt_checkpoint **out);

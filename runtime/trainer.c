@@ -193,7 +193,9 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
 static int resume_point(mt__rundir *run, int verbose, json_t **out)
 {
     *out = NULL;
-    int k = mt__checkpoint_pick_valid(run, verbose), rc = MT_OK;
+    int k = -1, rc = mt__checkpoint_pick_valid(run, verbose, &k);
+    if (rc)
+        return rc;
     int64_t iteration = k >= 0 ? run->kept[k].iteration : 0;
     json_t *ck = json_null();
     if (k >= 0) {
