@@ -671,21 +671,32 @@ int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int *picked)
 
 char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix)
 {
+    /* any allocation failing: NULL, never a description with parts missing */
     json_t *arrays = json_array(), *meta = json_object();
-    for (int i = 0; i < ix->n; i++) {
+    int bad = !arrays || !meta;
+    for (int i = 0; !bad && i < ix->n; i++) {
         const mt__ckpt_array *a = &ix->arrays[i];
         json_t *dims = json_array(), *off = json_array();
-        for (int d = 0; d < a->ndim; d++)
-            json_array_append_new(dims, json_integer((json_int_t)a->dims[d]));
-        for (int k = 0; k < a->noffsets; k++)
-            json_array_append_new(off, json_integer(a->offsets[k]));
-        json_array_append_new(arrays, json_pack("{s:s, s:i, s:o, s:i, s:I, s:o}", "name",
-                                                a->name, "dtype", (int)a->dtype, "dims", dims,
-                                                "layout", a->layout, "crc", (json_int_t)a->crc,
-                                                "offsets", off));
+        bad = !dims || !off;
+        for (int d = 0; !bad && d < a->ndim; d++)
+            bad = json_array_append_new(dims, json_integer((json_int_t)a->dims[d]));
+        for (int k = 0; !bad && k < a->noffsets; k++)
+            bad = json_array_append_new(off, json_integer(a->offsets[k]));
+        if (bad) {
+            json_decref(dims), json_decref(off);
+            break;
+        }
+        bad = json_array_append_new(arrays, json_pack("{s:s, s:i, s:o, s:i, s:I, s:o}", "name",
+                                                      a->name, "dtype", (int)a->dtype, "dims",
+                                                      dims, "layout", a->layout, "crc",
+                                                      (json_int_t)a->crc, "offsets", off));
     }
-    for (int i = 0; i < ix->nmeta; i++)
-        json_object_set_new(meta, ix->meta_keys[i], json_string(ix->meta_values[i]));
+    for (int i = 0; !bad && i < ix->nmeta; i++)
+        bad = json_object_set_new(meta, ix->meta_keys[i], json_string(ix->meta_values[i]));
+    if (bad) {
+        json_decref(arrays), json_decref(meta);
+        return NULL;
+    }
     json_t *j = json_pack("{s:s, s:o, s:o}", "path", path, "arrays", arrays, "meta", meta);
     char *text = mt__json_dumps(j, JSON_COMPACT);
     json_decref(j);
