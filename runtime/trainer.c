@@ -281,20 +281,46 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
     return rc;
 }
 
-/* Rank 0's JSON to every rank (collective). */
+/* Collective: every rank's local status, agreed (a local failure between two collective
+ * steps must not leave a rank to return alone). */
+static int agreed(mt_context *ctx, int status)
+{
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 3, 0, 0);
+    return mt__agree(ctx->comm, &call, status, NULL);
+}
+
+/* Rank 0's JSON to every rank (collective; every rank returns the same code). */
 static int share_json(mt_context *ctx, json_t **j)
 {
-    char *text = ctx->world_rank == 0 ? mt__json_dumps(*j, JSON_COMPACT) : NULL;
+    char *text = NULL;
+    int rc = MT_OK;
+    if (ctx->world_rank == 0 && !(text = mt__json_dumps(*j, JSON_COMPACT)))
+        rc = mt__error(MT_ENOMEM, "out of memory sharing the run state");
     int64_t len = text ? (int64_t)strlen(text) + 1 : 0;
-    int rc = mt__broadcast(ctx->comm, &len, 1, MT_I64, 0);
-    if (!rc && ctx->world_rank != 0)
-        text = calloc((size_t)len + 1, 1);
-    if (!rc && len > 0)
-        rc = text ? mt__broadcast(ctx->comm, text, (size_t)len, MT_U8, 0) : MT_ENOMEM;
-    if (!rc && ctx->world_rank != 0 && len > 0)
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 2, 0, 0);
+    rc = mt__agree_max(ctx->comm, &call, rc, NULL, &len, 1);
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    if (ctx->world_rank != 0 && !(text = calloc((size_t)len + 1, 1)))
+        rc = mt__error(MT_ENOMEM, "out of memory receiving the run state");
+    rc = agreed(ctx, rc);
+    if (!rc)
+        rc = mt__bcast_bytes(ctx->comm, text, (size_t)len, 0);
+    if (!rc && ctx->world_rank != 0) {
+        mt__json_watch();
         *j = json_loads(text, 0, NULL);
+        if (!*j || mt__json_oom(NULL)) {
+            json_decref(*j);
+            *j = NULL;
+            rc = mt__error(MT_ENOMEM, "out of memory reading the run state");
+        }
+    }
     free(text);
-    return rc;
+    return agreed(ctx, rc);
 }
 
 /* Every rank: start the attempt from rank 0's resume point. */
@@ -304,9 +330,12 @@ static int apply_resume(mt_context *ctx, json_t *info)
     int attempt = 0;
     double total = 0;
     json_t *ck = NULL;
+    mt__json_watch();
     if (!info || json_unpack(info, "{s:i, s:I, s:F, s:o}", "attempt", &attempt, "iteration",
-                             &iteration, "time_total", &total, "checkpoint", &ck))
-        return mt__error(MT_EFORMAT, "corrupt resume information");
+                             &iteration, "time_total", &total, "checkpoint", &ck) ||
+        mt__json_oom(NULL))
+        return mt__json_oom(NULL) ? mt__error(MT_ENOMEM, "out of memory reading the resume point")
+                                  : mt__error(MT_EFORMAT, "corrupt resume information");
     ctx->attempt = attempt;
     ctx->iteration = iteration;
     ctx->time_before = total;
@@ -348,9 +377,12 @@ static int build_result(mt_context *ctx, const mt_trainer *t, const char *error,
     int rc = share_json(ctx, &all);
     if (!rc) {
         json_t *last = json_object_get(all, "last");
-        rc = mt__result_build(ctx->run_dir, json_object_get(all, "run"),
-                              json_is_object(last) ? last : NULL, json_object_get(all, "params"),
-                              error, ctx->world_rank == 0, out);
+        rc = agreed(ctx, mt__result_build(ctx->run_dir, json_object_get(all, "run"),
+                                          json_is_object(last) ? last : NULL,
+                                          json_object_get(all, "params"), error,
+                                          ctx->world_rank == 0, out));
+        if (rc)
+            mt_result_free(out);
     }
     json_decref(all);
     return rc;
@@ -403,7 +435,7 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     if (!rc)
         rc = share_json(ctx, &info);
     if (!rc)
-        rc = apply_resume(ctx, info);
+        rc = agreed(ctx, apply_resume(ctx, info));
     json_decref(info);
     info = NULL;
     mt__watchdog *dog = NULL;
@@ -463,7 +495,7 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
         }
         int e = share_json(ctx, &info);
         if (!e)
-            e = apply_resume(ctx, info);
+            e = agreed(ctx, apply_resume(ctx, info));
         json_decref(info);
         info = NULL;
         if (e) {
