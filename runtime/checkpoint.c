@@ -705,11 +705,15 @@ char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix)
 
 int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
 {
+    mt__json_watch();
     json_t *j = json_loads(text, 0, NULL), *arrays, *meta;
     const char *path;
-    if (!j || json_unpack(j, "{s:s, s:o, s:o}", "path", &path, "arrays", &arrays, "meta", &meta)) {
+    if (!j || json_unpack(j, "{s:s, s:o, s:o}", "path", &path, "arrays", &arrays, "meta", &meta) ||
+        mt__json_oom(NULL)) {
         json_decref(j);
-        return mt__error(MT_EFORMAT, "corrupt checkpoint description");
+        return mt__json_oom(NULL) ? mt__error(MT_ENOMEM, "out of memory reading a checkpoint "
+                                                         "description")
+                                  : mt__error(MT_EFORMAT, "corrupt checkpoint description");
     }
     mt_checkpoint *ck = mt_checkpoint_new();
     int rc = ck && (ck->path = mt__strdup(path)) ? MT_OK : MT_ENOMEM;
@@ -723,7 +727,8 @@ int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
         json_int_t crc;
         if (json_unpack(e, "{s:s, s:i, s:o, s:i, s:I, s:o}", "name", &name, "dtype", &dtype,
                         "dims", &dims, "layout", &layout, "crc", &crc, "offsets", &off)) {
-            rc = mt__error(MT_EFORMAT, "corrupt checkpoint description");
+            rc = mt__json_oom(NULL) ? MT_ENOMEM
+                                    : mt__error(MT_EFORMAT, "corrupt checkpoint description");
             break;
         }
         mt__ckpt_array *a = &ck->index.arrays[ck->index.n++];
@@ -735,9 +740,12 @@ int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
         for (int d = 0; d < a->ndim && d < 8; d++)
             a->dims[d] = (uint64_t)json_integer_value(json_array_get(dims, (size_t)d));
         a->noffsets = (int)json_array_size(off);
-        if (a->noffsets && (a->offsets = malloc((size_t)a->noffsets * sizeof(int64_t))))
-            for (int k = 0; k < a->noffsets; k++)
-                a->offsets[k] = json_integer_value(json_array_get(off, (size_t)k));
+        if (a->noffsets && !(a->offsets = malloc((size_t)a->noffsets * sizeof(int64_t)))) {
+            a->noffsets = 0; /* never a count without its offsets */
+            rc = MT_ENOMEM;
+        }
+        for (int k = 0; !rc && k < a->noffsets; k++)
+            a->offsets[k] = json_integer_value(json_array_get(off, (size_t)k));
     }
     const char *key;
     json_t *v;
@@ -755,10 +763,20 @@ int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
             rc = MT_ENOMEM;
             break;
         }
-        ck->index.meta_keys[ck->index.nmeta] = strdup(key);
-        ck->index.meta_values[ck->index.nmeta++] = strdup(json_string_value(v));
+        char *kk = strdup(key), *vv = strdup(json_string_value(v) ? json_string_value(v) : "");
+        if (!kk || !vv) {
+            free(kk), free(vv);
+            rc = MT_ENOMEM;
+            break;
+        }
+        ck->index.meta_keys[ck->index.nmeta] = kk;
+        ck->index.meta_values[ck->index.nmeta++] = vv;
     }
+    if (!rc && mt__json_oom(NULL)) /* an unpack above may have lost a field */
+        rc = MT_ENOMEM;
     json_decref(j);
+    if (rc == MT_ENOMEM)
+        mt__error(MT_ENOMEM, "out of memory reading a checkpoint description");
     if (rc) {
         mt_checkpoint_free(&ck);
         return rc;
