@@ -100,9 +100,8 @@ static void arm(long n, int rank)
 }
 
 static void disarm(void) { atomic_store(&armed, 0); }
-/* Around a training function inside an armed fit: its own calls are other cases' */
+/* From a training function inside an armed fit: the rest is other cases' */
 static void pause_injection(void) { atomic_store(&armed, 0); }
-static void resume_injection(void) { atomic_store(&armed, 1); }
 
 /* ------------------------------------------------------------ the loop */
 
@@ -358,10 +357,10 @@ static void test_restore(void)
     MT_ASSERT_INT_EQ(fit(&cfg, restore_body, NULL, NULL), MT_EIO);
 }
 
-/* A whole fit that resumes a failed run (rank 0 loads run.json, checks the checkpoints,
- * every rank learns where to start), with the training function itself left out of the
- * count; it checks that the checkpoint came back and fails the run again, so that the
- * next turn resumes too. */
+/* A fit that resumes a failed run (rank 0 loads run.json, checks the checkpoints, every
+ * rank learns where to start): allocations are counted up to the training function (the
+ * restore path; what follows is the other cases' or the end of fit), which checks that
+ * the checkpoint came back and fails the run again, so that the next turn resumes too. */
 static int resume_fn(mt_context *c, void *arg)
 {
     pause_injection();
@@ -372,7 +371,6 @@ static int resume_fn(mt_context *c, void *arg)
     for (int i = 0; !rc && i < 12; i++)
         if (w[i] != (float)i)
             rc = mt__error(MT_EINVAL, "chaos: restored w[%d] = %g", i, (double)w[i]);
-    resume_injection();
     return rc ? rc : mt__error(MT_EIO, "chaos: the run stops here");
 }
 
@@ -386,10 +384,23 @@ static int fit_op(mt_context *unused, void *st)
     return rc;
 }
 
+/* A small run to resume: two reports, a checkpoint with each, then a failure. */
+static int resumable_fn(mt_context *c, void *arg)
+{
+    report_state r = {0};
+    report_setup(c, &r, true);
+    int rc = mt_report(c, r.m, r.ck);
+    if (!rc)
+        rc = mt_report(c, r.m, r.ck);
+    report_teardown(&r);
+    return rc ? rc : mt__error(MT_EIO, "chaos: the run stops here");
+}
+
 static void test_resume_fit(void)
 {
-    mt_trainer_config cfg = config("chaos-ckpt"); /* failed by test_report_checkpoint */
+    mt_trainer_config cfg = config("chaos-resume");
     cfg.run.checkpoint.num_to_keep = 2;
+    MT_ASSERT_INT_EQ(fit(&cfg, resumable_fn, NULL, NULL), MT_EIO);
     mt_trainer *t = NULL;
     CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, resume_fn, NULL, &cfg), MT_OK);
     chaos_case k = {"mt_trainer_fit resuming", NULL, fit_op, NULL, AGREED};
