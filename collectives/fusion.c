@@ -360,43 +360,54 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
         const char *env = getenv("MT_FUSION_BYTES");
         uint64_t v = (uint64_t)25 << 20;
         if (env && mt__parse_u64("MT_FUSION_BYTES", env, 1, (uint64_t)1 << 34, &v))
-            return mt__error(MT_EINVAL, "MT_FUSION_BYTES must be a positive number of bytes "
-                                        "(got '%s'): %s", env, mt_last_error());
+            rc = mt__error(MT_EINVAL, "MT_FUSION_BYTES must be a positive number of bytes "
+                                      "(got '%s'): %s", env, mt_last_error());
         bucket_bytes = (size_t)v;
     }
-    mt_fusion *f = calloc(1, sizeof *f);
-    MT__CHECK(f, MT_ENOMEM, fail, "out of memory creating a fusion");
+    mt_fusion *f = rc ? NULL : calloc(1, sizeof *f);
+    if (!rc && !f)
+        rc = mt__error(MT_ENOMEM, "out of memory creating a fusion");
+    /* agreed before the first collective (the duplicate), and again at the end: a rank
+     * that failed alone never leaves the others in a collective or returns alone */
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 0, 0, 0);
+    if ((rc = mt__agree(c, &call, rc, NULL))) {
+        free(f);
+        return rc;
+    }
     f->comm = c;
     f->data = MPI_COMM_NULL;
     f->bucket_elems = bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->cond, NULL);
     f->node = MPI_COMM_NULL;
-    MT__MPI(MPI_Comm_dup(c->comm, &f->data), fail);
+    MT__MPI(MPI_Comm_dup(c->comm, &f->data), agree);
     if (c->size > 1 && mt__env_knob_bool("MT_FUSION_SHM", true)) {
         int nsize = 0;
         MT__MPI(MPI_Comm_split_type(f->data, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &f->node),
-                fail);
+                agree);
         MPI_Comm_size(f->node, &nsize);
         int one_node = nsize == c->size, all = 0; /* the same answer on every rank */
-        MT__MPI(MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, f->data), fail);
+        MT__MPI(MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, f->data), agree);
         if (all && (rc = map_segment(f, c->size, c->rank)))
-            goto fail;
+            goto agree;
         if (!f->seg)
             MPI_Comm_free(&f->node);
     }
     int level = 0;
     MPI_Query_thread(&level);
     if (level >= MPI_THREAD_MULTIPLE) {
-        MT__CHECK(pthread_create(&f->thread, NULL, comm_thread, f) == 0, MT_ENOMEM, fail,
+        MT__CHECK(pthread_create(&f->thread, NULL, comm_thread, f) == 0, MT_ENOMEM, agree,
                   "cannot start the fusion's communication thread");
         f->threaded = true;
     }
+agree:
+    if ((rc = mt__agree(c, &call, rc, NULL))) {
+        mt_fusion_destroy(&f);
+        return rc;
+    }
     *out = f;
     return MT_OK;
-fail:
-    mt_fusion_destroy(&f);
-    return rc;
 }
 
 void mt__fusion_orphan(mt_fusion *f)
@@ -458,6 +469,18 @@ static int new_bucket(mt_fusion *f, int first)
     return f->nb++;
 }
 
+/* An add that failed on this rank alone (out of memory) leaves its registration short:
+ * remembered, so that the registration check reports it as this rank's error (MT_EPEER
+ * on the others) rather than as a mismatch. */
+static int add_failed(mt_fusion *f, int rc)
+{
+    if (!f->status) {
+        f->status = rc;
+        snprintf(f->status_msg, sizeof f->status_msg, "%s", mt_last_error());
+    }
+    return rc;
+}
+
 int mt_fusion_add(mt_fusion *f, float *tensor_ptr, size_t count)
 {
     if (!f)
@@ -474,7 +497,7 @@ int mt_fusion_add(mt_fusion *f, float *tensor_ptr, size_t count)
         int cap = f->tcap ? 2 * f->tcap : 64;
         tensor *t = realloc(f->t, (size_t)cap * sizeof *t);
         if (!t)
-            return mt__error(MT_ENOMEM, "out of memory adding a fusion tensor");
+            return add_failed(f, mt__error(MT_ENOMEM, "out of memory adding a fusion tensor"));
         f->t = t;
         f->tcap = cap;
     }
@@ -484,7 +507,7 @@ int mt_fusion_add(mt_fusion *f, float *tensor_ptr, size_t count)
                 !(last->n == 1 && last->elems > f->bucket_elems);
     int bi = fits ? f->nb - 1 : new_bucket(f, idx);
     if (bi < 0)
-        return bi;
+        return add_failed(f, bi);
     bucket *b = &f->b[bi];
     f->t[idx] = (tensor){.ptr = tensor_ptr, .count = count, .offset = b->elems, .bucket = bi};
     b->elems += count;
@@ -524,6 +547,10 @@ static int check_registration(mt_fusion *f)
     mt__call call;
     mt__call_init(&call, MT__CALL_FUSION_CHECK, elems, f->nt, f->nb);
     call.sig = mt__sig_mix(call.sig, f->sig);
+    if (!rc && f->status) { /* an add failed here */
+        mt__error_set_text(f->status_msg);
+        rc = f->status;
+    }
     rc = mt__agree(f->comm, &call, rc, NULL);
     f->checked = rc == MT_OK;
     return rc;

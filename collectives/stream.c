@@ -17,6 +17,16 @@
 
 enum { TAG_STREAM = 7001, TAG_DONE = 7002 };
 
+/* Bytes move only once every rank holds the buffers it needs: a rank without its receive
+ * or send buffer cannot take part in the gather, so an allocation failure anywhere is
+ * agreed first, and every rank returns the same error (its own, or MT_EPEER). */
+static int buffers_agreed(mt__comm *c, int status)
+{
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 0, 0, 0);
+    return mt__agree(c, &call, status, NULL);
+}
+
 int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens)
 {
     int rc = MT_OK;
@@ -28,7 +38,11 @@ int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size
         counts = calloc((size_t)c->size, sizeof *counts);
         displs = calloc((size_t)c->size, sizeof *displs);
         *lens = calloc((size_t)c->size, sizeof **lens);
+        if (!sizes || !counts || !displs || !*lens)
+            rc = mt__error(MT_ENOMEM, "out of memory gathering from %d ranks", c->size);
     }
+    if ((rc = buffers_agreed(c, rc)))
+        goto out;
     MT__MPI(MPI_Gather(&mine, 1, MPI_UINT64_T, sizes, 1, MPI_UINT64_T, 0, c->comm), out);
     if (c->rank == 0) {
         uint64_t total = 0;
@@ -45,12 +59,18 @@ int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size
             rc = mt__error(MT_ENOMEM, "out of memory gathering %llu bytes",
                            (unsigned long long)total);
     }
+    if ((rc = buffers_agreed(c, rc)))
+        goto out;
     MT__MPI(MPI_Gatherv(send, (int)len, MPI_BYTE, buf, counts, displs, MPI_BYTE, 0, c->comm),
             out);
 out:
     free(sizes);
     free(counts);
     free(displs);
+    if (c->rank == 0 && rc) {
+        free(buf), free(*lens);
+        buf = NULL, *lens = NULL;
+    }
     if (c->rank == 0)
         *all = buf;
     return rc;
@@ -68,17 +88,22 @@ int mt__gather_bytes_max(mt__comm *c, const void *send, size_t len, size_t max_l
     }
     if (!mine || (c->rank == 0 && (!buf || !*lens)))
         rc = mt__error(MT_ENOMEM, "out of memory gathering %zu bytes", block);
-    if (mine) { /* each block: the length, then the bytes */
-        uint64_t l = len;
-        memcpy(mine, &l, 8);
-        memcpy(mine + 8, send, len);
+    if ((rc = buffers_agreed(c, rc))) {
+        free(mine);
+        if (c->rank == 0) {
+            free(buf), free(*lens);
+            *all = NULL, *lens = NULL;
+        }
+        return rc;
     }
-    /* every rank takes part even after a local failure: the others are already here */
-    int e = MPI_Gather(mine ? mine : buf, (int)block, MPI_BYTE, buf, (int)block, MPI_BYTE, 0,
-                       c->comm);
-    if (e != MPI_SUCCESS && !rc)
+    uint64_t ml = len; /* each block: the length, then the bytes */
+    memcpy(mine, &ml, 8);
+    if (len)
+        memcpy(mine + 8, send, len);
+    int e = MPI_Gather(mine, (int)block, MPI_BYTE, buf, (int)block, MPI_BYTE, 0, c->comm);
+    if (e != MPI_SUCCESS)
         rc = mt__mpi_error(e, "MPI_Gather (report)");
-    if (c->rank == 0 && buf && *lens && !rc) { /* pack to the front, as mt__gather_bytes does */
+    if (c->rank == 0 && !rc) { /* pack to the front, as mt__gather_bytes does */
         size_t off = 0;
         for (int r = 0; r < c->size; r++) {
             uint64_t l;

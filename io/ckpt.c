@@ -352,6 +352,7 @@ static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void
         int cap = ix->cap ? ix->cap * 2 : 8;
         mt__ckpt_array *a = realloc(ix->arrays, (size_t)cap * sizeof *a);
         if (!a) {
+            ix->oom = true;
             snprintf(L->why, sizeof L->why, "out of memory");
             return -1;
         }
@@ -407,8 +408,11 @@ static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void
         if (n >= 2 && n <= 1 << 20 && (a->offsets = malloc((size_t)n * sizeof(int64_t)))) {
             a->noffsets = (int)n;
             ok = H5Aread(at, H5T_NATIVE_INT64, a->offsets) >= 0;
-        } else
+        } else {
             ok = 0;
+            if (n >= 2 && n <= 1 << 20)
+                ix->oom = true;
+        }
         if (!ok)
             snprintf(L->why, sizeof L->why, "array %s: its offsets attribute is unreadable", name);
         H5Sclose(asp);
@@ -473,13 +477,18 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
     int rc = -1;
     if (!one) {
         snprintf(L->why, sizeof L->why, "metadata %s is not one fixed-length string", name + 5);
-    } else if (v && keys && vals && H5Aread(a, t, v) >= 0 &&
-               (ix->meta_keys[ix->nmeta] = strdup(name + 5))) {
-        ix->meta_values[ix->nmeta++] = v;
-        rc = 0;
-    } else {
+    } else if (!v || !keys || !vals) {
+        ix->oom = true;
+        free(v);
+    } else if (H5Aread(a, t, v) < 0) {
         free(v);
         snprintf(L->why, sizeof L->why, "metadata %s is unreadable", name + 5);
+    } else if (!(ix->meta_keys[ix->nmeta] = strdup(name + 5))) {
+        ix->oom = true;
+        free(v);
+    } else {
+        ix->meta_values[ix->nmeta++] = v;
+        rc = 0;
     }
     H5Tclose(t);
     H5Aclose(a);
@@ -548,9 +557,11 @@ static int read_index(hid_t f, const char *path, mt__ckpt_index *ix, bool sealin
         }
     }
     if (e < 0) {
+        bool oom = ix->oom;
         mt__ckpt_index_free(ix);
-        return mt__error(MT_EFORMAT, "%s: corrupt checkpoint index: %s", path,
-                         L.why[0] ? L.why : "unreadable");
+        return oom ? mt__error(MT_ENOMEM, "%s: out of memory reading the checkpoint index", path)
+                   : mt__error(MT_EFORMAT, "%s: corrupt checkpoint index: %s", path,
+                               L.why[0] ? L.why : "unreadable");
     }
     return MT_OK;
 }

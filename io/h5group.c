@@ -103,7 +103,9 @@ static int open_column(mt__h5group *g, hid_t grp, const char *name, mt__column *
     else {
         c->name = mt__strdup(name);
         c->dset = H5Dopen2(grp, name, H5P_DEFAULT);
-        if (!c->name || c->dset < 0)
+        if (!c->name)
+            rc = mt__error(MT_ENOMEM, "%s: out of memory opening the column", where);
+        else if (c->dset < 0)
             rc = mt__error(MT_EFORMAT, "%s: cannot open dataset", where);
     }
     if (rc) {
@@ -150,11 +152,13 @@ static int open_columns(mt__h5group *g, hid_t grp)
         return mt__error(MT_EFORMAT, "%s:%s: the group is empty (a dataset needs at least one "
                                      "column)", g->file, g->group);
     g->cols = calloc(gi.nlinks, sizeof *g->cols);
-    if (!g->cols)
-        return mt__error(MT_ENOMEM, "out of memory listing %s:%s", g->file, g->group);
+    int nomem = g->cols ? MT_OK : mt__error(MT_ENOMEM, "out of memory listing %s:%s", g->file,
+                                             g->group);
     if (gi.nlinks > 65536)
         return mt__error(MT_EFORMAT, "%s:%s: %llu members (a dataset has at most 65536 "
                          "columns)", g->file, g->group, (unsigned long long)gi.nlinks);
+    /* metadata reads are collective: a rank out of memory still makes every HDF5 call the
+     * others make (into a scratch column), and its error is agreed by the caller */
     for (hsize_t i = 0; i < gi.nlinks; i++) {
         /* the name's length first: a name is never cut to fit a buffer */
         ssize_t len = H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, i, NULL, 0,
@@ -168,12 +172,23 @@ static int open_columns(mt__h5group *g, hid_t grp)
                              "%s:%s: cannot read member %llu", g->file, g->group,
                              (unsigned long long)i);
         }
-        g->cols[g->ncols].dset = H5I_INVALID_HID;
-        int rc = open_column(g, grp, name, &g->cols[g->ncols++]);
+        mt__column scratch = {.dset = H5I_INVALID_HID};
+        mt__column *c = g->cols ? &g->cols[g->ncols++] : &scratch;
+        c->dset = H5I_INVALID_HID;
+        int rc = open_column(g, grp, name, c);
         free(name);
-        if (rc)
+        if (c == &scratch) {
+            if (scratch.dset >= 0)
+                H5Dclose(scratch.dset);
+            free(scratch.name);
+        }
+        if (rc == MT_ENOMEM && !nomem)
+            nomem = rc;
+        else if (rc && rc != MT_ENOMEM)
             return rc;
     }
+    if (nomem)
+        return nomem;
     g->rows = (int64_t)g->cols[0].dims[0];
     for (int i = 1; i < g->ncols; i++)
         if ((int64_t)g->cols[i].dims[0] != g->rows)
@@ -186,16 +201,25 @@ static int open_columns(mt__h5group *g, hid_t grp)
     return MT_OK;
 }
 
-int mt__h5group_open(MPI_Comm comm, const char *file, const char *group, mt__h5group **out)
+mt__h5group *mt__h5group_new(const char *file, const char *group)
+{
+    mt__h5group *g = calloc(1, sizeof *g);
+    if (g) {
+        g->fid = H5I_INVALID_HID;
+        g->file = mt__strdup(file);
+        g->group = mt__strdup(group);
+    }
+    if (!g || !g->file || !g->group) {
+        mt__h5group_close(&g);
+        mt__error(MT_ENOMEM, "out of memory opening %s", file);
+    }
+    return g;
+}
+
+int mt__h5group_open(MPI_Comm comm, mt__h5group *g)
 {
     int rc = MT_OK;
-    *out = NULL;
-    mt__h5group *g = calloc(1, sizeof *g);
-    if (!g)
-        return mt__error(MT_ENOMEM, "out of memory opening %s", file);
-    g->fid = H5I_INVALID_HID;
-    g->file = mt__strdup(file);
-    g->group = mt__strdup(group);
+    const char *file = g->file, *group = g->group;
     g->collective = mt__env_knob_bool("MT_IO_COLLECTIVE", false);
     LOCK();
     quiet_hdf5();
@@ -204,9 +228,7 @@ int mt__h5group_open(MPI_Comm comm, const char *file, const char *group, mt__h5g
     H5Pset_all_coll_metadata_ops(fapl, true);
     g->fid = H5Fopen(file, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
-    if (!g->file || !g->group)
-        rc = mt__error(MT_ENOMEM, "out of memory opening %s", file);
-    else if (g->fid < 0)
+    if (g->fid < 0)
         rc = mt__error(MT_EFORMAT, "%s: cannot open as HDF5 with MPI-IO", file);
     else if (H5Lexists(g->fid, group, H5P_DEFAULT) <= 0)
         rc = mt__error(MT_ENOTFOUND, "%s: no group %s", file, group);
@@ -218,9 +240,6 @@ int mt__h5group_open(MPI_Comm comm, const char *file, const char *group, mt__h5g
     if (grp >= 0)
         H5Gclose(grp);
     UNLOCK();
-    if (rc)
-        mt__h5group_close(&g);
-    *out = g;
     return rc;
 }
 

@@ -36,8 +36,13 @@ hid_t mt__h5_native(mt_dtype t);
 
 /* Local: the file exists, is readable and is an HDF5 file. */
 int mt__h5_precheck(const char *file);
-/* Collective over comm (HDF5 with MPI-IO, collective metadata). Checks every column. */
-int mt__h5group_open(MPI_Comm comm, const char *file, const char *group, mt__h5group **out);
+/* Local: a group not yet open (NULL when out of memory), so that the caller can agree on
+ * its allocation before the collective open. */
+mt__h5group *mt__h5group_new(const char *file, const char *group);
+/* Collective over comm (HDF5 with MPI-IO, collective metadata). Checks every column. On
+ * error too, g stays open as far as it got: close it after agreeing on the outcome (the
+ * close is collective, and a rank may have failed alone). */
+int mt__h5group_open(MPI_Comm comm, mt__h5group *g);
 void mt__h5group_close(mt__h5group **g);
 
 /* A run of rows [start, start + count) of the dataset. */
@@ -71,6 +76,7 @@ typedef struct {
     int n, cap;
     char **meta_keys, **meta_values;
     int nmeta;
+    bool oom;           /* reading it ran out of memory (not a corrupt file) */
 } mt__ckpt_index;
 int mt__ckpt_create(const char *path, hid_t *out);
 int mt__ckpt_open(const char *path, hid_t *out);

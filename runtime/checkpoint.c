@@ -500,8 +500,8 @@ static int write_files(mt_context *c, const mt_checkpoint *ck, const char *dir, 
     return rc;
 }
 
-/* Other ranks: their sharded rows, then their files. */
-static int send_parts(mt_context *c, const mt_checkpoint *ck)
+/* Other ranks: their sharded rows, then their files (through buf, buffer_bytes() long). */
+static int send_parts(mt_context *c, const mt_checkpoint *ck, char *buf)
 {
     int rc = MT_OK;
     for (int i = 0; i < ck->narrays && !rc; i++) {
@@ -515,7 +515,6 @@ static int send_parts(mt_context *c, const mt_checkpoint *ck)
         }
     }
     size_t chunk = buffer_bytes();
-    char *buf = ck->nfiles ? malloc(chunk) : NULL;
     for (int i = 0; i < ck->nfiles && !rc; i++) {
         FILE *in = fopen(ck->files[i].path, "rb");
         struct stat st;
@@ -531,7 +530,6 @@ static int send_parts(mt_context *c, const mt_checkpoint *ck)
         if (in)
             fclose(in);
     }
-    free(buf);
     return rc;
 }
 
@@ -558,35 +556,37 @@ static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *
 {
     char final[4096];
     snprintf(final, sizeof final, "%s/%s", run->dir, name);
-    int rc = mt__fsync_dir(tmp);
+    /* what recording it takes is allocated before the folder is published: a published
+     * checkpoint left unrecorded would have its name taken again by the next commit */
+    size_t n = (size_t)run->nkept + 1;
+    mt__kept *grown = realloc(run->kept, n * sizeof *grown);
+    if (grown)
+        run->kept = grown;
+    mt_metrics *m = mt_metrics_new();
+    bool *drop = calloc(n, sizeof *drop);
+    mt__kept *keep = calloc(n, sizeof *keep), *gone = calloc(n, sizeof *gone);
+    const char **names = calloc(n, sizeof *names);
+    int rc = grown && m && drop && keep && gone && names && !mt__metrics_copy(m, metrics)
+                 ? mt__fsync_dir(tmp)
+                 : mt__error(MT_ENOMEM, "out of memory recording %s", name);
     if (!rc && rename(tmp, final) != 0)
         rc = mt__error(MT_EIO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-    if (!rc)
-        rc = mt__fsync_dir(run->dir);
-    if (rc)
+    if (rc) {
+        mt_metrics_free(&m);
+        free(drop), free(keep), free(gone), free(names);
         return rc;
-    mt__kept *k = realloc(run->kept, (size_t)(run->nkept + 1) * sizeof *k);
-    if (!k)
-        return mt__error(MT_ENOMEM, "out of memory recording %s", name);
-    run->kept = k;
-    k = &run->kept[run->nkept];
+    }
+    mt__kept *k = &run->kept[run->nkept];
     memset(k, 0, sizeof *k);
     snprintf(k->name, sizeof k->name, "%s", name);
     k->index = run->next_index++;
     k->iteration = iteration;
-    if (!(k->metrics = mt_metrics_new()) || mt__metrics_copy(k->metrics, metrics)) {
-        mt_metrics_free(&k->metrics);
-        return mt__error(MT_ENOMEM, "out of memory recording %s", name);
-    }
+    k->metrics = m;
     run->latest = run->nkept++;
-    bool *drop = calloc((size_t)run->nkept, sizeof *drop);
-    if (!drop)
-        return mt__error(MT_ENOMEM, "out of memory applying retention");
-    mt__retention(run->kept, run->nkept, run->latest, &c->cfg->run.checkpoint, drop);
+    int kept_all = mt__retention(run->kept, run->nkept, run->latest, &c->cfg->run.checkpoint, drop);
     /* the state that forgets them is durable before any folder goes */
-    mt__kept *keep = calloc((size_t)run->nkept, sizeof *keep), *gone = calloc((size_t)run->nkept, sizeof *gone);
     int nk = 0, ng = 0, latest = -1;
-    for (int i = 0; keep && gone && i < run->nkept; i++) {
+    for (int i = 0; i < run->nkept; i++) {
         if (drop[i])
             gone[ng++] = run->kept[i];
         else {
@@ -596,27 +596,22 @@ static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *
         }
     }
     free(drop);
-    if (!keep || !gone) {
-        free(keep);
-        free(gone);
-        return mt__error(MT_ENOMEM, "out of memory applying retention");
-    }
     free(run->kept);
     run->kept = keep;
     run->nkept = nk;
     run->latest = latest;
-    rc = mt__run_save(run);
-    const char **names = calloc((size_t)(ng ? ng : 1), sizeof *names);
-    for (int i = 0; names && i < ng; i++)
+    rc = mt__fsync_dir(run->dir);
+    if (!rc)
+        rc = mt__run_save(run);
+    for (int i = 0; i < ng; i++)
         names[i] = gone[i].name;
     if (!rc)
-        rc = names ? mt__run_drop(run, names, ng)
-                   : mt__error(MT_ENOMEM, "out of memory applying retention");
+        rc = mt__run_drop(run, names, ng);
     free(names);
     for (int i = 0; i < ng; i++)
         mt_metrics_free(&gone[i].metrics);
     free(gone);
-    return rc;
+    return rc ? rc : kept_all;
 }
 
 int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *run,
@@ -626,38 +621,41 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
     *agreed = true;
     uint64_t sig = 0;
     int nsh = 0, rc = describe_local(ck, &sig, &nsh);
+    /* what this rank needs is allocated before the agreement, so that running out of
+     * memory is agreed instead of leaving the others in the gathers below */
+    int P = c->world_size;
+    int64_t *mine = calloc((size_t)(nsh ? nsh : 1), sizeof *mine);
+    int64_t *all = calloc((size_t)(nsh ? nsh : 1) * (size_t)P, sizeof *all);
+    size_t flen = 0, *flens = NULL;
+    char *fdesc = describe_files(ck, &flen), *allf = NULL;
+    char *fbuf = c->world_rank != 0 && ck->nfiles ? malloc(buffer_bytes()) : NULL;
+    int64_t *rows = c->world_rank == 0 ? calloc((size_t)P, sizeof *rows) : NULL;
+    char *buf = c->world_rank == 0 ? staging(c) : NULL; /* kept in c across commits */
+    if (!rc && (!mine || !all || !fdesc || (c->world_rank != 0 && ck->nfiles && !fbuf) ||
+                (c->world_rank == 0 && (!rows || !buf))))
+        rc = mt__error(MT_ENOMEM, "out of memory committing a checkpoint");
     mt__call call;
     mt__call_init(&call, MT__CALL_REPORT, 1, ck->narrays, nsh);
     call.sig = mt__sig_mix(call.sig, sig);
     rc = mt__agree(c->comm, &call, rc, NULL);
-    if (rc)
-        return rc;
     /* each rank's row count for every sharded array */
-    int P = c->world_size;
-    int64_t *mine = calloc((size_t)(nsh ? nsh : 1), sizeof *mine);
-    int64_t *all = calloc((size_t)(nsh ? nsh : 1) * (size_t)P, sizeof *all);
-    for (int i = 0, k = 0; mine && i < ck->narrays; i++)
+    for (int i = 0, k = 0; !rc && i < ck->narrays; i++)
         if (ck->arrays[i].layout == MT_SHARDED)
             mine[k++] = (int64_t)ck->arrays[i].dims[0];
-    rc = !mine || !all ? mt__error(MT_ENOMEM, "out of memory committing a checkpoint") : MT_OK;
     if (!rc && nsh)
         rc = mt__allgather(c->comm, mine, all, (size_t)nsh, MT_I64);
-    size_t flen = 0, *flens = NULL;
-    char *fdesc = NULL, *allf = NULL;
-    if (!rc) {
-        fdesc = describe_files(ck, &flen);
-        rc = mt__gather_bytes(c->comm, fdesc, fdesc ? flen : 0, &allf, &flens);
-    }
-    if (rc) { /* an MPI failure: nothing sensible is left to do together */
-        free(mine), free(all), free(fdesc), free(allf), free(flens);
+    if (!rc)
+        rc = mt__gather_bytes(c->comm, fdesc, flen, &allf, &flens);
+    if (rc) { /* agreed, or an MPI failure: nothing sensible is left to do together */
+        free(mine), free(all), free(fdesc), free(allf), free(flens), free(fbuf), free(rows);
         return rc;
     }
     *agreed = false; /* from here each rank has its own status; the report agrees on it */
     if (c->world_rank != 0) {
-        rc = send_parts(c, ck);
+        rc = send_parts(c, ck, fbuf);
         /* then wait, off the CPU, while rank 0 finishes the file and publishes it */
         int e = mt__stream_await(c->comm);
-        free(mine), free(all), free(fdesc);
+        free(mine), free(all), free(fdesc), free(fbuf);
         return rc ? rc : e;
     }
     /* rank 0 */
@@ -666,16 +664,14 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", run->dir, name);
     snprintf(h5, sizeof h5, "%s/checkpoint.h5", tmp);
     mt__rmtree(tmp);
-    char *buf = staging(c);
-    int status = buf ? mt__mkdirs(tmp) : mt__error(MT_ENOMEM, "out of memory for the checkpoint buffer");
+    int status = mt__mkdirs(tmp);
     hid_t file = H5I_INVALID_HID;
     if (!status)
         status = mt__ckpt_create(h5, &file);
     int kick_fd = status ? -1 : open(h5, O_RDONLY);
-    int64_t *rows = calloc((size_t)P, sizeof *rows);
     for (int i = 0, k = 0; i < ck->narrays; i++) {
         const mt__ck_array *a = &ck->arrays[i];
-        if (a->layout == MT_SHARDED && rows) {
+        if (a->layout == MT_SHARDED) {
             for (int r = 0; r < P; r++)
                 rows[r] = all[(size_t)r * (size_t)nsh + (size_t)k];
             k++;
@@ -763,7 +759,7 @@ static int verify(const char *dir, mt__ckpt_index *ix)
     return rc;
 }
 
-int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteration)
+int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteration, int *picked)
 {
     /* newest first */
     for (;;) {
@@ -771,20 +767,26 @@ int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteratio
         for (int i = 0; i < run->nkept; i++)
             if (best < 0 || run->kept[i].index > run->kept[best].index)
                 best = i;
+        *picked = best;
         if (best < 0)
-            return -1;
+            return MT_OK;
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[best].name);
         mt__ckpt_index ix;
+        int rc = MT_EFORMAT;
         if (run->kept[best].iteration > max_iteration)
             mt__error(MT_EFORMAT, "its report (training_iteration %lld) is not in result.json, "
                       "which ends at %lld: the job ended between the commit and the report",
                       (long long)run->kept[best].iteration, (long long)max_iteration);
-        else if (verify(dir, &ix) == MT_OK) {
+        else
+            rc = verify(dir, &ix);
+        if (rc == MT_OK) {
             mt__ckpt_index_free(&ix);
             run->latest = best;
-            return best;
+            return MT_OK;
         }
+        if (rc == MT_ENOMEM) /* not the checkpoint's fault: it must not be forgotten */
+            return rc;
         fprintf(stderr, "mpitrain: warning: skipping %s: %s\n", dir, mt_last_error());
         /* forget it (the folder stays for inspection) */
         mt_metrics_free(&run->kept[best].metrics);
@@ -795,34 +797,49 @@ int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteratio
 
 char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix)
 {
+    /* any allocation failing: NULL, never a description with parts missing */
     json_t *arrays = json_array(), *meta = json_object();
-    for (int i = 0; i < ix->n; i++) {
+    int bad = !arrays || !meta;
+    for (int i = 0; !bad && i < ix->n; i++) {
         const mt__ckpt_array *a = &ix->arrays[i];
         json_t *dims = json_array(), *off = json_array();
-        for (int d = 0; d < a->ndim; d++)
-            json_array_append_new(dims, json_integer((json_int_t)a->dims[d]));
-        for (int k = 0; k < a->noffsets; k++)
-            json_array_append_new(off, json_integer(a->offsets[k]));
-        json_array_append_new(arrays, json_pack("{s:s, s:i, s:o, s:i, s:I, s:o}", "name",
-                                                a->name, "dtype", (int)a->dtype, "dims", dims,
-                                                "layout", a->layout, "crc", (json_int_t)a->crc,
-                                                "offsets", off));
+        bad = !dims || !off;
+        for (int d = 0; !bad && d < a->ndim; d++)
+            bad = json_array_append_new(dims, json_integer((json_int_t)a->dims[d]));
+        for (int k = 0; !bad && k < a->noffsets; k++)
+            bad = json_array_append_new(off, json_integer(a->offsets[k]));
+        if (bad) {
+            json_decref(dims), json_decref(off);
+            break;
+        }
+        bad = json_array_append_new(arrays, json_pack("{s:s, s:i, s:o, s:i, s:I, s:o}", "name",
+                                                      a->name, "dtype", (int)a->dtype, "dims",
+                                                      dims, "layout", a->layout, "crc",
+                                                      (json_int_t)a->crc, "offsets", off));
     }
-    for (int i = 0; i < ix->nmeta; i++)
-        json_object_set_new(meta, ix->meta_keys[i], json_string(ix->meta_values[i]));
+    for (int i = 0; !bad && i < ix->nmeta; i++)
+        bad = json_object_set_new(meta, ix->meta_keys[i], json_string(ix->meta_values[i]));
+    if (bad) {
+        json_decref(arrays), json_decref(meta);
+        return NULL;
+    }
     json_t *j = json_pack("{s:s, s:o, s:o}", "path", path, "arrays", arrays, "meta", meta);
-    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *text = mt__json_dumps(j, JSON_COMPACT);
     json_decref(j);
     return text;
 }
 
 int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
 {
+    mt__json_watch();
     json_t *j = json_loads(text, 0, NULL), *arrays, *meta;
     const char *path;
-    if (!j || json_unpack(j, "{s:s, s:o, s:o}", "path", &path, "arrays", &arrays, "meta", &meta)) {
+    if (!j || json_unpack(j, "{s:s, s:o, s:o}", "path", &path, "arrays", &arrays, "meta", &meta) ||
+        mt__json_oom(NULL)) {
         json_decref(j);
-        return mt__error(MT_EFORMAT, "corrupt checkpoint description");
+        return mt__json_oom(NULL) ? mt__error(MT_ENOMEM, "out of memory reading a checkpoint "
+                                                         "description")
+                                  : mt__error(MT_EFORMAT, "corrupt checkpoint description");
     }
     mt_checkpoint *ck = mt_checkpoint_new();
     int rc = ck && (ck->path = mt__strdup(path)) ? MT_OK : MT_ENOMEM;
@@ -836,7 +853,8 @@ int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
         json_int_t crc;
         if (json_unpack(e, "{s:s, s:i, s:o, s:i, s:I, s:o}", "name", &name, "dtype", &dtype,
                         "dims", &dims, "layout", &layout, "crc", &crc, "offsets", &off)) {
-            rc = mt__error(MT_EFORMAT, "corrupt checkpoint description");
+            rc = mt__json_oom(NULL) ? MT_ENOMEM
+                                    : mt__error(MT_EFORMAT, "corrupt checkpoint description");
             break;
         }
         mt__ckpt_array *a = &ck->index.arrays[ck->index.n++];
@@ -852,9 +870,12 @@ int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
         for (int d = 0; d < a->ndim; d++)
             a->dims[d] = (uint64_t)json_integer_value(json_array_get(dims, (size_t)d));
         a->noffsets = (int)json_array_size(off);
-        if (a->noffsets && (a->offsets = malloc((size_t)a->noffsets * sizeof(int64_t))))
-            for (int k = 0; k < a->noffsets; k++)
-                a->offsets[k] = json_integer_value(json_array_get(off, (size_t)k));
+        if (a->noffsets && !(a->offsets = malloc((size_t)a->noffsets * sizeof(int64_t)))) {
+            a->noffsets = 0; /* never a count without its offsets */
+            rc = MT_ENOMEM;
+        }
+        for (int k = 0; !rc && k < a->noffsets; k++)
+            a->offsets[k] = json_integer_value(json_array_get(off, (size_t)k));
     }
     const char *key;
     json_t *v;
@@ -872,10 +893,20 @@ int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
             rc = MT_ENOMEM;
             break;
         }
-        ck->index.meta_keys[ck->index.nmeta] = strdup(key);
-        ck->index.meta_values[ck->index.nmeta++] = strdup(json_string_value(v));
+        char *kk = strdup(key), *vv = strdup(json_string_value(v) ? json_string_value(v) : "");
+        if (!kk || !vv) {
+            free(kk), free(vv);
+            rc = MT_ENOMEM;
+            break;
+        }
+        ck->index.meta_keys[ck->index.nmeta] = kk;
+        ck->index.meta_values[ck->index.nmeta++] = vv;
     }
+    if (!rc && mt__json_oom(NULL)) /* an unpack above may have lost a field */
+        rc = MT_ENOMEM;
     json_decref(j);
+    if (rc == MT_ENOMEM)
+        mt__error(MT_ENOMEM, "out of memory reading a checkpoint description");
     if (rc) {
         mt_checkpoint_free(&ck);
         return rc;
@@ -1070,6 +1101,12 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
     if (!ck || !ck->ctx)
         return rc ? rc : get_local(ck, a, t, out);
     mt_context *c = ck->ctx;
+    /* every rank's buffer is agreed on before pieces move: a rank without one cannot
+     * take part in the broadcasts or the stream */
+    size_t es = a ? mt_dtype_size(a->dtype) : 1, chunk = row_chunk(re * es);
+    char *buf = rc ? NULL : malloc(chunk);
+    if (!rc && !buf)
+        rc = mt__error(MT_ENOMEM, "out of memory restoring %s", name);
     mt__call call;
     uint64_t h = 0;
     for (const char *p = name ? name : ""; *p; p++)
@@ -1077,17 +1114,17 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
     mt__call_init(&call, MT__CALL_CKPT_GET, 0, (int64_t)t, 0);
     call.sig = mt__sig_mix(call.sig, h);
     rc = mt__agree(c->comm, &call, rc, NULL);
-    if (rc)
+    if (rc) {
+        free(buf);
         return rc;
-    size_t es = mt_dtype_size(a->dtype), chunk = row_chunk(re * es);
+    }
     converter cv = {out, t, a->dtype};
     int status = MT_OK;
     if (c->world_rank == 0) {
         char h5[4200];
         snprintf(h5, sizeof h5, "%s/checkpoint.h5", ck->path);
         hid_t f = H5I_INVALID_HID, ds = H5I_INVALID_HID;
-        char *buf = malloc(chunk);
-        status = buf ? mt__ckpt_open(h5, &f) : MT_ENOMEM;
+        status = mt__ckpt_open(h5, &f);
         if (!status)
             status = mt__ckpt_open_array(f, a->name, &ds);
         uLong crc = crc32(0, NULL, 0);
@@ -1122,9 +1159,7 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
             mt__ckpt_close_array(ds);
         if (f >= 0)
             mt__ckpt_close(f, h5, false);
-        free(buf);
     } else if (a->layout == MT_REPLICATED) {
-        char *buf = malloc(chunk);
         size_t offset = 0;
         for (;;) {
             uint64_t len = 0;
@@ -1141,13 +1176,9 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
             convert_piece(buf, (size_t)len, offset, &cv);
             offset += (size_t)len;
         }
-        free(buf);
-    } else {
-        char *buf = malloc(chunk);
-        status = buf ? mt__stream_recv(c->comm, 0, rows * re * es, buf, chunk, convert_piece, &cv)
-                     : MT_ENOMEM;
-        free(buf);
-    }
+    } else
+        status = mt__stream_recv(c->comm, 0, rows * re * es, buf, chunk, convert_piece, &cv);
+    free(buf);
     mt__call done;
     mt__call_init(&done, MT__CALL_CKPT_GET, 1, (int64_t)t, 0);
     return mt__agree(c->comm, &done, status, NULL);

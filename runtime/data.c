@@ -430,21 +430,31 @@ static bool want_readahead(const mt_context *c)
 
 static int open_shard(mt_context *c, const mt__dataset_spec *spec, mt_shard **out)
 {
-    mt__call call;
-    mt__call_init(&call, MT__CALL_DATA_OPEN, 0, 0, 0);
-    int rc = mt__agree(c->comm, &call, mt__h5_precheck(spec->file), NULL);
-    if (rc)
-        return rc;
+    /* what is allocated here (and the room to keep the shard) is agreed before the
+     * collective open, which a rank must not skip alone */
     mt_shard *s = calloc(1, sizeof *s);
+    mt_shard **grown = realloc(c->shards, (size_t)(c->nshards + 1) * sizeof *grown);
+    if (grown)
+        c->shards = grown;
     if (s) {
         s->ctx = c;
         s->name = mt__strdup(spec->name);
         s->split = is_split(&c->data, spec->name);
         s->memory_limit = c->data.memory_limit;
         s->readahead = want_readahead(c);
+        s->g = mt__h5group_new(spec->file, spec->group);
     }
-    rc = !s || !s->name ? mt__error(MT_ENOMEM, "out of memory opening %s", spec->name)
-                        : mt__h5group_open(c->comm->comm, spec->file, spec->group, &s->g);
+    int rc = mt__h5_precheck(spec->file);
+    if (!rc && (!s || !s->name || !s->g || !grown))
+        rc = mt__error(MT_ENOMEM, "out of memory opening %s", spec->name);
+    mt__call call;
+    mt__call_init(&call, MT__CALL_DATA_OPEN, 0, 0, 0);
+    rc = mt__agree(c->comm, &call, rc, NULL);
+    if (rc) {
+        shard_free(s);
+        return rc;
+    }
+    rc = mt__h5group_open(c->comm->comm, s->g);
     if (!rc) {
         int64_t n = s->g->rows, p = c->world_size;
         s->mem = malloc((size_t)s->g->ncols * sizeof *s->mem);
@@ -519,17 +529,13 @@ int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out)
         return mt__agree(c->comm, &call, rc, NULL);
     }
     mt_shard *s = NULL;
-    rc = open_shard(c, spec, &s);
+    rc = open_shard(c, spec, &s); /* it made room in c->shards */
     if (rc)
         return rc;
-    mt_shard **grown = realloc(c->shards, (size_t)(c->nshards + 1) * sizeof *grown);
-    if (!grown || mt__live_add(s, MT__LIVE_SHARD) || mt__live_add(&s->batch, MT__LIVE_BATCH)) {
-        if (grown)
-            c->shards = grown;
+    if (mt__live_add(s, MT__LIVE_SHARD) || mt__live_add(&s->batch, MT__LIVE_BATCH)) {
         shard_free(s);
         return mt__error(MT_ENOMEM, "out of memory keeping a shard");
     }
-    c->shards = grown;
     c->shards[c->nshards++] = s;
     *out = s;
     return MT_OK;

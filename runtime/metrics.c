@@ -313,7 +313,10 @@ json_t *mt__metrics_to_json(const mt_metrics *m)
                     : e->type == MT__METRIC_I64 ? json_integer(e->i)
                     : isfinite(e->f) ? json_real(e->f)
                                      : json_string(isnan(e->f) ? "NaN" : e->f > 0 ? "Infinity" : "-Infinity");
-        json_object_set_new(o, e->key, v);
+        if (json_object_set_new(o, e->key, v)) { /* out of memory: no row with keys missing */
+            json_decref(o);
+            return NULL;
+        }
     }
     return o;
 }

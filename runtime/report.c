@@ -40,16 +40,17 @@ static json_t *build_row(mt_context *c, const char *all, const size_t *lens, mt_
 {
     size_t off = 0;
     mt_metrics **per = calloc((size_t)c->world_size, sizeof *per);
+    bool ok = per != NULL; /* any failure: NULL, never a row with metrics missing */
     for (int r = 0; per && r < c->world_size; r++) {
         per[r] = mt_metrics_new();
-        if (per[r])
-            mt__metrics_decode(per[r], all + off, lens[r]);
+        if (!per[r] || mt__metrics_decode(per[r], all + off, lens[r]))
+            ok = false;
         off += lens[r];
     }
-    mt__metrics_copy(row, per ? per[0] : NULL);
-    json_t *j = mt__metrics_to_json(row);
-    json_t *spread = json_object();
-    for (int i = 0; per && per[0] && i < per[0]->n; i++) {
+    json_t *j = ok && !mt__metrics_copy(row, per[0]) ? mt__metrics_to_json(row) : NULL;
+    json_t *spread = j ? json_object() : NULL;
+    ok = ok && spread;
+    for (int i = 0; ok && i < per[0]->n; i++) {
         const mt__metric *e = &per[0]->e[i];
         if (e->type == MT__METRIC_STR || c->world_size == 1)
             continue;
@@ -61,8 +62,9 @@ static json_t *build_row(mt_context *c, const char *all, const size_t *lens, mt_
                 mn = fmin(mn, v), mx = fmax(mx, v), sum += v, n++;
             }
         }
-        json_object_set_new(spread, e->key, json_pack("{s:f, s:f, s:f, s:i}", "min", mn, "mean",
-                                                      sum / n, "max", mx, "ranks", n));
+        if (json_object_set_new(spread, e->key, json_pack("{s:f, s:f, s:f, s:i}", "min", mn,
+                                                          "mean", sum / n, "max", mx, "ranks", n)))
+            ok = false;
         if (c->verbose >= 2)
             printf("mpitrain:   %-24s min %-12.6g mean %-12.6g max %-12.6g (%d ranks)\n", e->key,
                    mn, sum / n, mx, n);
@@ -70,33 +72,38 @@ static json_t *build_row(mt_context *c, const char *all, const size_t *lens, mt_
     for (int r = 0; per && r < c->world_size; r++)
         mt_metrics_free(&per[r]);
     free(per);
-    if (json_object_size(spread))
-        json_object_set_new(j, "per_rank", spread);
+    if (ok && json_object_size(spread))
+        ok = json_object_set_new(j, "per_rank", spread) == 0;
     else
         json_decref(spread);
+    if (!ok) {
+        json_decref(j);
+        j = NULL;
+    }
     (void)now;
     return j;
 }
 
-static void add_auto(mt_context *c, mt_metrics *row, json_t *j, int64_t iteration, double now,
-                     const char *ckname)
+/* MT_ENOMEM when a key could not be added (to row or j). */
+static int add_auto(mt_context *c, mt_metrics *row, json_t *j, int64_t iteration, double now,
+                    const char *ckname)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     double stamp = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     double this_iter = now - c->last_report, total = c->time_before + now - c->start;
-    mt__metrics_put(row, "training_iteration", MT__METRIC_I64, 0, iteration, NULL, false);
-    mt__metrics_put(row, "timestamp", MT__METRIC_F64, stamp, 0, NULL, false);
-    mt__metrics_put(row, "time_this_iter_s", MT__METRIC_F64, this_iter, 0, NULL, false);
-    mt__metrics_put(row, "time_total_s", MT__METRIC_F64, total, 0, NULL, false);
-    json_object_set_new(j, "training_iteration", json_integer(iteration));
-    json_object_set_new(j, "timestamp", json_real(stamp));
-    json_object_set_new(j, "time_this_iter_s", json_real(this_iter));
-    json_object_set_new(j, "time_total_s", json_real(total));
-    if (ckname && *ckname) {
-        mt__metrics_put(row, "checkpoint_dir_name", MT__METRIC_STR, 0, 0, ckname, false);
-        json_object_set_new(j, "checkpoint_dir_name", json_string(ckname));
-    }
+    int bad = mt__metrics_put(row, "training_iteration", MT__METRIC_I64, 0, iteration, NULL, false) |
+              mt__metrics_put(row, "timestamp", MT__METRIC_F64, stamp, 0, NULL, false) |
+              mt__metrics_put(row, "time_this_iter_s", MT__METRIC_F64, this_iter, 0, NULL, false) |
+              mt__metrics_put(row, "time_total_s", MT__METRIC_F64, total, 0, NULL, false) |
+              json_object_set_new(j, "training_iteration", json_integer(iteration)) |
+              json_object_set_new(j, "timestamp", json_real(stamp)) |
+              json_object_set_new(j, "time_this_iter_s", json_real(this_iter)) |
+              json_object_set_new(j, "time_total_s", json_real(total));
+    if (ckname && *ckname)
+        bad |= mt__metrics_put(row, "checkpoint_dir_name", MT__METRIC_STR, 0, 0, ckname, false) |
+               json_object_set_new(j, "checkpoint_dir_name", json_string(ckname));
+    return bad ? mt__error(MT_ENOMEM, "out of memory building a report") : MT_OK;
 }
 
 static void print_line(const mt_context *c, const mt_metrics *row, int64_t iteration,
@@ -162,9 +169,10 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
         status = mt__error(MT_ENOMEM, "out of memory building a report");
     char ckname[64] = "";
     if (ck) {
-        if (row) { /* the kept copy carries the automatic keys too */
+        if (row && j && !status) { /* the kept copy carries the automatic keys too */
             json_t *scratch = json_object();
-            add_auto(c, row, scratch, iteration, now, NULL);
+            status = scratch ? add_auto(c, row, scratch, iteration, now, NULL)
+                             : mt__error(MT_ENOMEM, "out of memory building a report");
             json_decref(scratch);
         }
         bool agreed = false;
@@ -179,8 +187,9 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
             status = e;
     }
     if (c->world_rank == 0 && !status) {
-        add_auto(c, row, j, iteration, now, ckname);
-        status = mt__run_append(c->run, j);
+        status = add_auto(c, row, j, iteration, now, ckname);
+        if (!status)
+            status = mt__run_append(c->run, j);
         if (c->verbose >= 1)
             print_line(c, row, iteration, ckname);
     }

@@ -57,16 +57,16 @@ void mt__rank_kept(const mt__kept *kept, int n, const mt_checkpoint_config *cfg,
     free(r);
 }
 
-void mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,
-                   bool *drop)
+int mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,
+                  bool *drop)
 {
     for (int i = 0; i < n; i++)
         drop[i] = false;
     if (cfg->num_to_keep <= 0 || n <= cfg->num_to_keep)
-        return;
+        return MT_OK;
     ranked *r = calloc((size_t)n, sizeof *r);
-    if (!r)
-        return; /* keeping everything is the safe failure */
+    if (!r) /* keeping everything is the safe failure; the caller says so */
+        return mt__error(MT_ENOMEM, "out of memory applying retention (nothing deleted)");
     for (int i = 0; i < n; i++) {
         r[i].i = i;
         r[i].index = kept[i].index;
@@ -81,4 +81,5 @@ void mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_
         if (r[k].i != latest)
             drop[r[k].i] = true;
     free(r);
+    return MT_OK;
 }

@@ -240,12 +240,16 @@ void mt__run_free(mt__rundir *r)
 json_t *mt__run_to_json(const mt__rundir *r)
 {
     json_t *kept = json_array();
-    for (int i = 0; i < r->nkept; i++) {
+    for (int i = 0; kept && i < r->nkept; i++) {
         const mt__kept *k = &r->kept[i];
-        json_array_append_new(kept, json_pack("{s:s, s:I, s:I, s:o}", "name", k->name, "index",
-                                              (json_int_t)k->index, "training_iteration",
-                                              (json_int_t)k->iteration, "metrics",
-                                              mt__metrics_to_json(k->metrics)));
+        /* out of memory: no run.json at all rather than one that forgets a checkpoint */
+        if (json_array_append_new(kept, json_pack("{s:s, s:I, s:I, s:o}", "name", k->name,
+                                                  "index", (json_int_t)k->index,
+                                                  "training_iteration", (json_int_t)k->iteration,
+                                                  "metrics", mt__metrics_to_json(k->metrics)))) {
+            json_decref(kept);
+            return NULL;
+        }
     }
     return json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:o, s:s?}", "status", r->status,
                      "attempts", r->attempts, "failures", r->failures, "next_checkpoint_index",
@@ -254,10 +258,55 @@ json_t *mt__run_to_json(const mt__rundir *r)
                      r->latest >= 0 ? r->kept[r->latest].name : NULL);
 }
 
+/* jansson reports an allocation that failed while parsing as a syntax error, or not at
+ * all: its allocations go through json_alloc (chained to the allocator in place), which
+ * notes a failure for this thread. */
+static json_malloc_t json_next_malloc;
+static _Thread_local bool json_failed;
+static pthread_once_t json_once = PTHREAD_ONCE_INIT;
+
+static void *json_alloc(size_t n)
+{
+    void *p = json_next_malloc(n);
+    if (!p)
+        json_failed = true;
+    return p;
+}
+
+static void json_hook(void)
+{
+    json_free_t next_free;
+    json_get_alloc_funcs(&json_next_malloc, &next_free);
+    json_set_alloc_funcs(json_alloc, next_free);
+}
+
+void mt__json_watch(void)
+{
+    pthread_once(&json_once, json_hook);
+    json_failed = false;
+}
+
+bool mt__json_oom(const json_error_t *e)
+{
+    return json_failed || (e && json_error_code(e) == json_error_out_of_memory);
+}
+
+char *mt__json_dumps(const json_t *j, size_t flags)
+{
+    char *text = j ? json_dumps(j, flags) : NULL;
+    json_t *back = text ? json_loads(text, 0, NULL) : NULL;
+    if (text && !json_equal((json_t *)j, back)) {
+        free(text);
+        text = NULL;
+    }
+    json_decref(back);
+    return text;
+}
+
 int mt__run_save(const mt__rundir *r)
 {
     json_t *j = mt__run_to_json(r);
-    char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+    char *text = mt__json_dumps(j, JSON_INDENT(2));
     json_decref(j);
     if (!text)
         return mt__error(MT_ENOMEM, "out of memory writing run.json");
@@ -288,12 +337,15 @@ int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where)
     json_int_t next = 0, iter = 0;
     double total = 0;
     json_error_t err;
+    mt__json_watch();
     if (json_unpack_ex((json_t *)j, &err, 0, "{s:s, s:i, s:i, s:I, s:I, s:F, s:o, s?o}",
                        "status", &status, "attempts", &r->attempts, "failures", &r->failures,
                        "next_checkpoint_index", &next, "training_iteration", &iter,
                        "time_total_s", &total, "checkpoints", &kept, "latest", &latest_j) != 0 ||
-        !json_is_array(kept))
-        return mt__error(MT_EFORMAT, "%s: not a run state file (%s)", where, err.text);
+        !json_is_array(kept) || mt__json_oom(NULL))
+        return mt__json_oom(&err) ? mt__error(MT_ENOMEM, "out of memory reading %s", where)
+                                  : mt__error(MT_EFORMAT, "%s: not a run state file (%s)", where,
+                                              err.text);
     latest = json_is_string(latest_j) ? json_string_value(latest_j) : NULL;
     static const char *statuses[] = {"running", "finished", "failed", "preempted", NULL};
     int known = 0;
@@ -321,8 +373,11 @@ int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where)
         const char *name = NULL;
         json_int_t index = 0, it = 0;
         if (json_unpack(e, "{s:s, s:I, s:I, s:o}", "name", &name, "index", &index,
-                        "training_iteration", &it, "metrics", &m) != 0)
-            return mt__error(MT_EFORMAT, "%s: checkpoint entry %zu is malformed", where, i);
+                        "training_iteration", &it, "metrics", &m) != 0 ||
+            mt__json_oom(NULL))
+            return mt__json_oom(NULL)
+                       ? mt__error(MT_ENOMEM, "out of memory reading %s", where)
+                       : mt__error(MT_EFORMAT, "%s: checkpoint entry %zu is malformed", where, i);
         bool dup = false;
         for (int d = 0; d < r->nkept && !dup; d++)
             dup = !strcmp(r->kept[d].name, name);
@@ -348,7 +403,12 @@ int mt__run_load(mt__rundir *r, const char *dir)
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
     json_error_t err;
+    mt__json_watch();
     json_t *j = json_load_file(path, 0, &err);
+    if ((j || access(path, F_OK) == 0) && mt__json_oom(j ? NULL : &err)) {
+        json_decref(j); /* even a parse that succeeded may lack a key */
+        return mt__error(MT_ENOMEM, "out of memory reading %s", path);
+    }
     if (!j)
         return access(path, F_OK) == 0
                    ? mt__error(MT_EFORMAT, "%s: corrupt (line %d: %s)", path, err.line, err.text)
@@ -535,6 +595,21 @@ static int add_keys(mt__rundir *r, json_t *row, bool *grew)
     return MT_OK;
 }
 
+/* A result.json line; NULL for a line that is not JSON (skipped by the readers), and
+ * *oom set when parsing it ran out of memory (never skipped: a row would go missing). */
+static json_t *load_row(const char *line, bool *oom)
+{
+    json_error_t err;
+    mt__json_watch();
+    json_t *row = json_loads(line, 0, &err);
+    if (mt__json_oom(row ? NULL : &err)) { /* even a parse that succeeded may lack a key */
+        *oom = true;
+        json_decref(row);
+        row = NULL;
+    }
+    return row;
+}
+
 /* progress.csv again from result.json, under the current header (temp file, rename). */
 static int rewrite_csv(mt__rundir *r)
 {
@@ -558,8 +633,9 @@ static int rewrite_csv(mt__rundir *r)
     fputc('\n', out);
     char *line = NULL;
     size_t cap = 0;
-    while (getline(&line, &cap, in) > 0) {
-        json_t *row = json_loads(line, 0, NULL);
+    bool oom = false;
+    while (!oom && getline(&line, &cap, in) > 0) {
+        json_t *row = load_row(line, &oom);
         if (row)
             csv_row(out, r, row);
         json_decref(row);
@@ -569,6 +645,10 @@ static int rewrite_csv(mt__rundir *r)
     int bad = fflush(out) != 0 || ferror(out) || fsync(fileno(out)) != 0, e = errno;
     if (fclose(out) != 0 && !bad)
         bad = 1, e = errno;
+    if (oom) {
+        unlink(tmp);
+        return mt__error(MT_ENOMEM, "out of memory rewriting %s/progress.csv", r->dir);
+    }
     if (bad) {
         unlink(tmp);
         return mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(e));
@@ -595,15 +675,18 @@ int mt__run_open_logs(mt__rundir *r)
     if (in) {
         char *line = NULL;
         size_t cap = 0;
-        bool grew = false;
-        while (getline(&line, &cap, in) > 0) {
-            json_t *row = json_loads(line, 0, NULL);
+        bool grew = false, oom = false;
+        int rc = MT_OK;
+        while (!oom && !rc && getline(&line, &cap, in) > 0) {
+            json_t *row = load_row(line, &oom);
             if (row)
-                add_keys(r, row, &grew);
+                rc = add_keys(r, row, &grew);
             json_decref(row);
         }
         free(line);
         fclose(in);
+        if (oom || rc)
+            return rc ? rc : mt__error(MT_ENOMEM, "out of memory reading %s", path);
     }
     r->result = fopen(path, "a");
     if (!r->result)
@@ -761,10 +844,15 @@ int mt__run_supersede(mt__rundir *r, int64_t iteration)
     size_t cap = 0;
     int moved = 0;
     int rc = keep ? MT_OK : mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    bool oom = false;
     while (!rc && getline(&line, &cap, in) > 0) {
-        json_t *row = json_loads(line, 0, NULL);
+        json_t *row = load_row(line, &oom);
         json_int_t it = row ? json_integer_value(json_object_get(row, "training_iteration")) : 0;
         json_decref(row);
+        if (oom) {
+            rc = mt__error(MT_ENOMEM, "out of memory reading %s", path);
+            break;
+        }
         if (it <= iteration) {
             fputs(line, keep);
             continue;

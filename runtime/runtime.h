@@ -75,6 +75,13 @@ int mt__fsync_dir(const char *path);
 int mt__rmtree(const char *path);
 int mt__write_atomic(const char *dir, const char *name, const char *text);
 void mt__run_free(mt__rundir *r);
+/* json_dumps, checked by parsing the text back: out of memory, jansson's dump can leave an
+ * object key out and still return text. NULL when the text is not the document. */
+char *mt__json_dumps(const json_t *j, size_t flags);
+/* Call mt__json_watch before a json_load*; after it failed, mt__json_oom says whether it
+ * ran out of memory (rather than met bad JSON). */
+void mt__json_watch(void);
+bool mt__json_oom(const json_error_t *e);
 json_t *mt__run_to_json(const mt__rundir *r);
 int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where);
 int mt__run_load(mt__rundir *r, const char *dir);
@@ -102,9 +109,9 @@ int mt__run_drop(mt__rundir *r, const char *const *names, int n);
 void mt__run_reap_wait(mt__rundir *r);
 
 /* Retention: which kept checkpoints to delete now (Ray Train's rules; see DESIGN.md).
- * Fills drop[i] for each kept entry. */
-void mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,
-                   bool *drop);
+ * Fills drop[i] for each kept entry; MT_ENOMEM (none dropped) when out of memory. */
+int mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,
+                  bool *drop);
 
 /* Positions of kept entries, best first (newest first without a score attribute). */
 void mt__rank_kept(const mt__kept *kept, int n, const mt_checkpoint_config *cfg, int *order);
@@ -143,11 +150,12 @@ struct mt_checkpoint {
 int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *run,
                           const mt_metrics *metrics, int64_t iteration, char *name, size_t len,
                           bool *agreed);
-/* Rank 0: the newest kept checkpoint that opens and passes its checksums (warning about
- * any that do not), and whose report row is in result.json (training_iteration <=
- * max_iteration: a crash between the commit and the row leaves a checkpoint ahead of the
- * log); its position in run->kept, or -1. The others are forgotten (folders stay). */
-int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteration);
+/* Rank 0: the newest kept checkpoint that opens and passes its checksums (warning about,
+ * and forgetting, any that do not; the folders stay), and whose report row is in
+ * result.json (training_iteration <= max_iteration: a crash between the commit and the
+ * row leaves a checkpoint ahead of the log); its position in run->kept in *picked, or -1.
+ * MT_ENOMEM (nothing forgotten) when it cannot tell. */
+int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteration, int *picked);
 /* A stored checkpoint's description as JSON text (for the trip to other ranks), and back. */
 char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix);
 int mt__checkpoint_from_description(const char *text, mt_checkpoint **out);

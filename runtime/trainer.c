@@ -214,37 +214,46 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
 /* ------------------------------------------------------------ the run directory */
 
 /* Rank 0: the latest good checkpoint (or none) becomes where this attempt starts; reports
- * after it move aside; returns the JSON the other ranks need, or NULL (error set) when
- * result.json cannot be brought in line (appending to it would duplicate rows). */
-static json_t *resume_point(mt__rundir *run, int verbose, int *rc)
+ * after it move aside; *out is the JSON the other ranks need. An error instead of a start
+ * without the checkpoint it names, with the reports it redoes kept, or when result.json
+ * cannot be brought in line (appending to it would duplicate rows). */
+static int resume_point(mt__rundir *run, int verbose, json_t **out)
 {
+    *out = NULL;
     int64_t last_row = -1;
-    if ((*rc = mt__run_repair_logs(run, &last_row)))
-        return NULL;
-    int k = mt__checkpoint_pick_valid(run, verbose, last_row < 0 ? INT64_MAX : last_row);
+    int rc = mt__run_repair_logs(run, &last_row);
+    if (rc)
+        return rc;
+    int k = -1;
+    rc = mt__checkpoint_pick_valid(run, verbose, last_row < 0 ? INT64_MAX : last_row, &k);
+    if (rc)
+        return rc;
     int64_t iteration = k >= 0 ? run->kept[k].iteration : 0;
     json_t *ck = json_null();
     if (k >= 0) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[k].name);
         mt_checkpoint *stored = NULL;
-        if (mt__checkpoint_open_stored(dir, &stored) == MT_OK) {
-            char *text = mt__checkpoint_describe(dir, &stored->index);
-            ck = text ? json_string(text) : json_null();
-            free(text);
-        }
+        char *text = NULL;
+        rc = mt__checkpoint_open_stored(dir, &stored);
+        if (!rc && !(text = mt__checkpoint_describe(dir, &stored->index)))
+            rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
+        ck = text ? json_string(text) : NULL;
+        free(text);
         mt_checkpoint_free(&stored);
+        if (!rc && !ck)
+            rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
     }
-    if ((*rc = mt__run_supersede(run, iteration))) {
-        json_decref(ck);
-        return NULL;
-    }
-    run->iteration = iteration;
-    json_t *info = json_pack("{s:i, s:I, s:f, s:o}", "attempt", run->attempts - 1, "iteration",
-                     (json_int_t)iteration, "time_total", run->time_total, "checkpoint", ck);
-    if (!info)
-        *rc = mt__error(MT_ENOMEM, "out of memory resuming %s", run->dir);
-    return info;
+    if (!rc)
+        rc = mt__run_supersede(run, iteration);
+    if (!rc)
+        run->iteration = iteration;
+    if (!rc && !(*out = json_pack("{s:i, s:I, s:f, s:O}", "attempt", run->attempts - 1,
+                                  "iteration", (json_int_t)iteration, "time_total",
+                                  run->time_total, "checkpoint", ck)))
+        rc = mt__error(MT_ENOMEM, "out of memory resuming %s", run->dir);
+    json_decref(ck);
+    return rc;
 }
 
 /* Rank 0: create or resume <storage_path>/<name>. */
@@ -282,13 +291,16 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
     snprintf(run->status, sizeof run->status, "running");
     run->attempts++;
     json_t *params = mt__params_json(&t->cfg, ctx->world_size);
-    json_object_set_new(json_object_get(params, "run"), "name", json_string(ctx->name));
-    char *text = params ? json_dumps(params, JSON_INDENT(2)) : NULL;
+    if (json_object_set_new(json_object_get(params, "run"), "name", json_string(ctx->name))) {
+        json_decref(params); /* no params.json without its name: MT_ENOMEM below */
+        params = NULL;
+    }
+    char *text = mt__json_dumps(params, JSON_INDENT(2));
     json_decref(params);
     rc = text ? mt__write_atomic(ctx->run_dir, "params.json", text) : MT_ENOMEM;
     free(text);
     if (!rc)
-        *info = resume_point(run, t->cfg.run.verbose, &rc);
+        rc = resume_point(run, t->cfg.run.verbose, info);
     if (!rc)
         rc = mt__run_save(run);
     if (!rc)
@@ -319,20 +331,46 @@ static int lock_run(mt_context *ctx, int *lock_fd)
     return r.code ? mt__error(r.code, "%s", r.msg) : MT_OK;
 }
 
-/* Rank 0's JSON to every rank (collective). */
+/* Collective: every rank's local status, agreed (a local failure between two collective
+ * steps must not leave a rank to return alone). */
+static int agreed(mt_context *ctx, int status)
+{
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 3, 0, 0);
+    return mt__agree(ctx->comm, &call, status, NULL);
+}
+
+/* Rank 0's JSON to every rank (collective; every rank returns the same code). */
 static int share_json(mt_context *ctx, json_t **j)
 {
-    char *text = ctx->world_rank == 0 && *j ? json_dumps(*j, JSON_COMPACT) : NULL;
+    char *text = NULL;
+    int rc = MT_OK;
+    if (ctx->world_rank == 0 && !(text = mt__json_dumps(*j, JSON_COMPACT)))
+        rc = mt__error(MT_ENOMEM, "out of memory sharing the run state");
     int64_t len = text ? (int64_t)strlen(text) + 1 : 0;
-    int rc = mt__broadcast(ctx->comm, &len, 1, MT_I64, 0);
-    if (!rc && ctx->world_rank != 0)
-        text = calloc((size_t)len + 1, 1);
-    if (!rc && len > 0)
-        rc = text ? mt__broadcast(ctx->comm, text, (size_t)len, MT_U8, 0) : MT_ENOMEM;
-    if (!rc && ctx->world_rank != 0 && len > 0)
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 2, 0, 0);
+    rc = mt__agree_max(ctx->comm, &call, rc, NULL, &len, 1);
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    if (ctx->world_rank != 0 && !(text = calloc((size_t)len + 1, 1)))
+        rc = mt__error(MT_ENOMEM, "out of memory receiving the run state");
+    rc = agreed(ctx, rc);
+    if (!rc)
+        rc = mt__bcast_bytes(ctx->comm, text, (size_t)len, 0);
+    if (!rc && ctx->world_rank != 0) {
+        mt__json_watch();
         *j = json_loads(text, 0, NULL);
+        if (!*j || mt__json_oom(NULL)) {
+            json_decref(*j);
+            *j = NULL;
+            rc = mt__error(MT_ENOMEM, "out of memory reading the run state");
+        }
+    }
     free(text);
-    return rc;
+    return agreed(ctx, rc);
 }
 
 /* Every rank: start the attempt from rank 0's resume point. */
@@ -342,9 +380,12 @@ static int apply_resume(mt_context *ctx, json_t *info)
     int attempt = 0;
     double total = 0;
     json_t *ck = NULL;
+    mt__json_watch();
     if (!info || json_unpack(info, "{s:i, s:I, s:F, s:o}", "attempt", &attempt, "iteration",
-                             &iteration, "time_total", &total, "checkpoint", &ck))
-        return mt__error(MT_EFORMAT, "corrupt resume information");
+                             &iteration, "time_total", &total, "checkpoint", &ck) ||
+        mt__json_oom(NULL))
+        return mt__json_oom(NULL) ? mt__error(MT_ENOMEM, "out of memory reading the resume point")
+                                  : mt__error(MT_EFORMAT, "corrupt resume information");
     ctx->attempt = attempt;
     ctx->iteration = iteration;
     ctx->time_before = total;
@@ -395,9 +436,12 @@ static int build_result(mt_context *ctx, const mt_trainer *t, const char *error,
     int rc = share_json(ctx, &all);
     if (!rc) {
         json_t *last = json_object_get(all, "last");
-        rc = mt__result_build(ctx->run_dir, json_object_get(all, "run"),
-                              json_is_object(last) ? last : NULL, json_object_get(all, "params"),
-                              error, ctx->world_rank == 0, out);
+        rc = agreed(ctx, mt__result_build(ctx->run_dir, json_object_get(all, "run"),
+                                          json_is_object(last) ? last : NULL,
+                                          json_object_get(all, "params"), error,
+                                          ctx->world_rank == 0, out));
+        if (rc)
+            mt_result_free(out);
     }
     json_decref(all);
     return rc;
@@ -474,7 +518,7 @@ static int fit(mt_trainer *t, mt_result **out)
     if (!rc)
         rc = share_json(ctx, &info);
     if (!rc)
-        rc = apply_resume(ctx, info);
+        rc = agreed(ctx, apply_resume(ctx, info));
     json_decref(info);
     info = NULL;
     mt__watchdog *dog = NULL;
@@ -525,10 +569,9 @@ static int fit(mt_trainer *t, mt_result **out)
             run.failures++;
             run.attempts++;
             run.time_total = ctx->time_before + mt__now() - ctx->start;
-            int e = MT_OK;
-            if (!(info = resume_point(&run, t->cfg.run.verbose, &e)))
-                fprintf(stderr, "mpitrain: cannot resume: %s\n", mt_last_error());
-            else if (mt__run_save(&run) != MT_OK)
+            if (resume_point(&run, t->cfg.run.verbose, &info) != MT_OK)
+                fprintf(stderr, "mpitrain: %s\n", mt_last_error()); /* no info: agreed below */
+            if (mt__run_save(&run) != MT_OK)
                 fprintf(stderr, "mpitrain: %s\n", mt_last_error());
             mt__run_close_logs(&run); /* result.json was rewritten: open the new one */
             if (mt__run_open_logs(&run) != MT_OK)
@@ -536,7 +579,7 @@ static int fit(mt_trainer *t, mt_result **out)
         }
         int e = share_json(ctx, &info);
         if (!e)
-            e = apply_resume(ctx, info);
+            e = agreed(ctx, apply_resume(ctx, info));
         json_decref(info);
         info = NULL;
         if (e) {
