@@ -35,6 +35,7 @@
  * With one rank nothing moves at all.
  */
 #include "collectives.h"
+#include "watchdog.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -565,7 +566,9 @@ int mt_fusion_wait(mt_fusion *f)
     int upto = rc ? (int)handed : f->nb; /* on error: only what some rank already started */
     char msg[MT__MSG_LEN];
     snprintf(msg, sizeof msg, "%s", mt_last_error());
+    mt__watch_data(); /* the buckets wait for every rank: a stop here is a stall */
     finish(f, upto);
+    mt__watch_leave();
     if (!rc && f->thread_rc) {
         rc = f->thread_rc;
         snprintf(msg, sizeof msg, "%s", f->thread_msg);

@@ -1,31 +1,68 @@
 /*
  * watchdog.c -- where this rank is, and the stall watchdog thread.
  *
- * The rank's own thread writes its position (waiting in which agreement, since when, what
- * it last called) with atomics and a seqlock-free copy: the watchdog reads a snapshot
- * under a mutex held only for the copy. Heartbeats go to rank 0 with plain sends on a
- * private duplicate communicator, so they never match application or library traffic.
- * Stop protocol: every rank's thread sends a final "bye"; rank 0's thread keeps receiving
- * until it has one from every other rank, so no message is left unmatched.
+ * The rank's own thread writes its position (waiting in which agreement or in the data
+ * movement after it, since when, what it last called) under a mutex held only for the
+ * copy. The watchdog thread of every rank sends a snapshot ("beat") to every other rank a
+ * few times a second with nonblocking sends on a private duplicate communicator, sending
+ * to a peer again only once its previous beat has gone, so a stopped or unreachable peer
+ * never blocks the thread; it receives every beat that has arrived. From the beats it
+ * knows, locally, who waits where and who has fallen silent; nothing it decides needs a
+ * message from the rank that is missing, so any waiting rank can warn and every waiting
+ * rank ends the job by itself (see watchdog.h).
+ *
+ * Same-host peers are also watched through /proc: a peer process that has exited (its
+ * pid gone, a zombie, or reused by a process that started at another time) ends the job
+ * a couple of seconds later, unless the launcher has ended it by then. Identities (host, pid namespace, boot id, pid, start time) are exchanged
+ * when the watchdog starts, so only processes this rank can really see are checked.
+ *
+ * Stop protocol: every rank's thread sends a final "bye" to every peer and keeps receiving
+ * until it has one from each, then waits for its own sends, so no message is left
+ * unmatched when the communicator is freed.
  */
 #include "watchdog.h"
 
+#include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+enum { W_NONE = 0, W_AGREE = 1, W_DATA = 2 };
 
 typedef struct {
-    int32_t waiting;     /* 1 while inside an agreement */
+    int32_t waiting;     /* W_NONE, W_AGREE or W_DATA */
     int32_t bye;         /* last message of this rank's watchdog */
-    uint64_t seq;        /* agreement number (waiting) or last one passed */
-    double waited_s;     /* seconds in the current agreement */
-    double since_last_s; /* seconds since it left the last agreement */
+    uint64_t seq;        /* agreement number (waiting in it, or the last one passed) */
+    double waited_s;     /* seconds in the current wait */
+    double since_last_s; /* seconds since the last wait ended */
     char desc[MT__DESC_LEN];
 } beat;
+
+/* Who a rank is, for the reports and for the same-host liveness check. */
+typedef struct {
+    char host[64];
+    char space[96];      /* pid namespace and boot id: pids compare only within one */
+    int32_t pid;
+    int32_t pad;
+    uint64_t start;      /* start time in clock ticks after boot (/proc/PID/stat) */
+} ident;
+
+typedef struct {
+    beat last;           /* latest beat received */
+    double heard;        /* when it arrived (local clock) */
+    bool bye;
+    bool local;          /* same host and pid namespace: liveness through /proc */
+    double dead_since;   /* when its process was first seen gone (0: alive) */
+    MPI_Request req;     /* this rank's beat on its way to the peer */
+    MPI_Request bye_req;
+    beat out;            /* the buffer of req */
+} peer;
 
 static struct {
     pthread_mutex_t lock;
@@ -41,14 +78,22 @@ void mt__watch_enter(const mt__call *call, uint64_t seq)
     here.call = *call;
     here.seq = seq;
     here.entered = mt__now();
-    here.waiting = 1;
+    here.waiting = W_AGREE;
+    pthread_mutex_unlock(&here.lock);
+}
+
+void mt__watch_data(void)
+{
+    pthread_mutex_lock(&here.lock);
+    here.entered = mt__now();
+    here.waiting = W_DATA;
     pthread_mutex_unlock(&here.lock);
 }
 
 void mt__watch_leave(void)
 {
     pthread_mutex_lock(&here.lock);
-    here.waiting = 0;
+    here.waiting = W_NONE;
     here.left = mt__now();
     pthread_mutex_unlock(&here.lock);
 }
@@ -70,17 +115,7 @@ static void snapshot(beat *b)
         mt__call_describe(&call, b->desc, sizeof b->desc);
 }
 
-struct mt__watchdog {
-    MPI_Comm comm;
-    int rank, size, verbose;
-    double warn_s, timeout_s, tick_s;
-    atomic_int stop;
-    pthread_t thread;
-    beat *beats;         /* rank 0: latest beat of every rank */
-    uint64_t warned_seq; /* rank 0: last stall warned about (+1) */
-};
-
-enum { TAG_BEAT = 1 };
+/* ------------------------------------------------------------ ending the job */
 
 static void sleep_s(double s)
 {
@@ -88,111 +123,405 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-/* Rank 0: print who has not arrived at the stall some rank has waited in too long. */
-static void report_stall(mt__watchdog *w)
+/* Writes text to stderr in pieces the pipe can take at once, waiting at most about a
+ * second in all: a launcher that no longer reads (stopped, unreachable) must not keep
+ * this thread from ending the job. */
+static void say(const char *text)
 {
-    uint64_t seq = 0;
-    double longest = 0;
-    int waiter = -1;
-    for (int r = 0; r < w->size; r++)
-        if (w->beats[r].waiting && w->beats[r].waited_s > w->warn_s &&
-            (waiter < 0 || w->beats[r].seq > seq)) {
-            waiter = r;
-            seq = w->beats[r].seq;
-        }
-    if (waiter < 0 || w->warned_seq == seq + 1)
-        return;
-    w->warned_seq = seq + 1;
-    char line[4096];
-    size_t n = 0;
-    int waiting = 0;
-    for (int r = 0; r < w->size; r++)
-        if (w->beats[r].waiting && w->beats[r].seq == seq) {
-            waiting++;
-            if (w->beats[r].waited_s > longest)
-                longest = w->beats[r].waited_s;
-        }
-    n += (size_t)snprintf(line + n, sizeof line - n,
-                          "mpitrain: stall: %d of %d ranks have waited up to %.1f s in %s "
-                          "(call #%llu); not arrived:",
-                          waiting, w->size, longest, w->beats[waiter].desc,
-                          (unsigned long long)seq);
-    for (int r = 0; r < w->size && n < sizeof line - 256; r++) {
-        const beat *b = &w->beats[r];
-        if (b->waiting && b->seq == seq)
+    size_t len = strlen(text), off = 0;
+    double give_up = mt__now() + 1.0;
+    fflush(stderr);
+    while (off < len && mt__now() < give_up) {
+        struct pollfd p = {.fd = 2, .events = POLLOUT};
+        if (poll(&p, 1, 100) <= 0)
             continue;
-        if (b->waiting)
-            n += (size_t)snprintf(line + n, sizeof line - n,
-                                  " rank %d (waiting %.1f s in %s, call #%llu);", r,
-                                  b->waited_s, b->desc, (unsigned long long)b->seq);
-        else
-            n += (size_t)snprintf(line + n, sizeof line - n,
-                                  " rank %d (last call: %s #%llu, left it %.1f s ago);", r,
-                                  b->desc, (unsigned long long)b->seq, b->since_last_s);
+        size_t n = len - off < 512 ? len - off : 512; /* <= PIPE_BUF: never a partial block */
+        ssize_t k = write(2, text + off, n);
+        if (k < 0 && errno != EINTR && errno != EAGAIN)
+            return;
+        if (k > 0)
+            off += (size_t)k;
     }
-    fprintf(stderr, "%s the job aborts after %.0f s (failure.stall_timeout_s)\n", line,
-            w->timeout_s);
-    fflush(stderr);
 }
 
-static void check_own_timeout(mt__watchdog *w, const beat *b)
+static struct {
+    atomic_int ending;
+    int code;
+    double grace_s;
+} end;
+
+static void *end_after_grace(void *arg)
 {
-    if (!b->waiting || b->waited_s <= w->timeout_s)
+    (void)arg;
+    sleep_s(end.grace_s);
+    char line[160];
+    snprintf(line, sizeof line, "mpitrain: MPI_Abort did not end this process within %.0f s; "
+                                "exiting with status %d\n", end.grace_s, end.code);
+    say(line);
+    _exit(end.code);
+}
+
+_Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double grace_s)
+{
+    if (atomic_exchange(&end.ending, 1)) /* another thread is ending the job already */
+        for (;;)
+            pause();
+    end.code = code;
+    end.grace_s = grace_s;
+    pthread_t t;
+    bool armed = pthread_create(&t, NULL, end_after_grace, NULL) == 0;
+    if (text)
+        say(text);
+    if (!armed)
+        _exit(code);
+    MPI_Abort(comm, code);
+    _exit(code);
+}
+
+/* ------------------------------------------------------------ identities */
+
+/* State and start time of process pid from /proc; -1 when it cannot be read (errno). */
+static int read_stat(int pid, char *state, uint64_t *start)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (!p || sscanf(p + 1, " %c", state) != 1) {
+        errno = EINVAL;
+        return -1;
+    }
+    /* field 22 (starttime) is the 20th after the name: state is the first */
+    p += 2;
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    *start = p ? strtoull(p, NULL, 10) : 0;
+    return 0;
+}
+
+static void read_line(const char *path, char *out, size_t len)
+{
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
         return;
-    if (w->rank == 0)
-        report_stall(w);
-    fprintf(stderr,
-            "mpitrain: rank %d: stalled %.0f s in %s (call #%llu), past "
-            "failure.stall_timeout_s = %g s; aborting the job with status %d\n",
-            w->rank, b->waited_s, b->desc, (unsigned long long)b->seq, w->timeout_s,
-            MT_EXIT_STALLED);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, MT_EXIT_STALLED);
+    if (fgets(out, (int)len, f))
+        out[strcspn(out, "\n")] = '\0';
+    fclose(f);
 }
 
-/* Rank 0: take every beat that has arrived; returns the number of byes seen. */
-static int drain(mt__watchdog *w)
+static void own_ident(ident *me)
 {
-    int byes = 0;
+    memset(me, 0, sizeof *me);
+    char name[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    if (gethostname(me->host, sizeof me->host - 1) != 0) {
+        MPI_Get_processor_name(name, &len);
+        snprintf(me->host, sizeof me->host, "%s", name);
+    }
+    char ns[48] = "", boot[48] = "";
+    ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    ns[n > 0 ? n : 0] = '\0';
+    read_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
+    if (ns[0] && boot[0])
+        snprintf(me->space, sizeof me->space, "%s@%s", ns, boot);
+    me->pid = (int32_t)getpid();
+    char state;
+    if (read_stat(me->pid, &state, &me->start) != 0)
+        me->start = 0;
+}
+
+/* The peer's process has exited (a zombie counts), or its pid belongs to another. */
+static bool process_gone(const ident *p)
+{
+    char state;
+    uint64_t start;
+    if (read_stat(p->pid, &state, &start) != 0)
+        return errno == ENOENT || errno == ESRCH;
+    return state == 'Z' || state == 'X' || start != p->start;
+}
+
+/* ------------------------------------------------------------ the watchdog */
+
+struct mt__watchdog {
+    MPI_Comm comm;
+    int rank, size, verbose;
+    double warn_s, timeout_s, tick_s, stale_s, grace_s;
+    atomic_int state;    /* 0 wait for the start's agreement, 1 run, 2 quit unstarted */
+    atomic_int stop;
+    pthread_t thread;
+    bool threaded;
+    ident *ids;          /* every rank's identity */
+    peer *peers;         /* every rank's latest state (this rank's own too) */
+    uint64_t warned;     /* the last wait warned about, as wait_key + 1 */
+};
+
+enum { TAG_BEAT = 1 };
+
+static uint64_t wait_key(const beat *b)
+{
+    return 2 * b->seq + (b->waiting == W_DATA);
+}
+
+static bool fresh(const mt__watchdog *w, int r, double now)
+{
+    return r == w->rank || now - w->peers[r].heard <= w->stale_s;
+}
+
+static const char *wait_kind(const beat *b)
+{
+    return b->waiting == W_DATA ? "the data movement of " : "";
+}
+
+/* Rank r, still heard from, waits in the same call as b (in its agreement, or already in
+ * the data movement after it: an agreement completes on some ranks before others). */
+static bool with_me(const mt__watchdog *w, int r, const beat *b, double now)
+{
+    const beat *o = &w->peers[r].last;
+    return fresh(w, r, now) && !w->peers[r].bye && o->waiting && o->seq == b->seq;
+}
+
+/* Somebody below this rank waits in the same call and is still heard from: it reports. */
+static bool lower_reports(const mt__watchdog *w, const beat *b, double now)
+{
+    for (int r = 0; r < w->rank; r++)
+        if (with_me(w, r, b, now))
+            return true;
+    return false;
+}
+
+/* What this rank knows of the stall it waits in: who has not arrived, and where they are
+ * (or since when they are silent). */
+static void describe_stall(const mt__watchdog *w, const beat *b, double now, char *line,
+                           size_t cap)
+{
+    size_t n = 0;
+    int here_too = 0, missing = 0;
+    for (int r = 0; r < w->size; r++)
+        here_too += with_me(w, r, b, now);
+#define ADD(...)                                                                  \
+    do {                                                                          \
+        if (n < cap)                                                              \
+            n += (size_t)snprintf(line + n, cap - n, __VA_ARGS__);                \
+    } while (0)
+    ADD("mpitrain: stall: rank %d (host %s) has waited %.1f s in %s%s (call #%llu); %d of %d "
+        "ranks are in that call; not arrived:", w->rank, w->ids[w->rank].host, b->waited_s,
+        wait_kind(b), b->desc, (unsigned long long)b->seq, here_too, w->size);
+    for (int r = 0; r < w->size && n + 300 < cap; r++) {
+        const peer *p = &w->peers[r];
+        const beat *o = &p->last;
+        const ident *id = &w->ids[r];
+        if (with_me(w, r, b, now))
+            continue;
+        missing++;
+        ADD(" rank %d (host %s, pid %d)", r, id->host, (int)id->pid);
+        if (!fresh(w, r, now))
+            ADD(" silent for %.1f s (stopped, hung or unreachable); last heard:",
+                now - p->heard);
+        if (o->waiting)
+            ADD(" waiting %.1f s in %s%s, call #%llu;", o->waited_s, wait_kind(o), o->desc,
+                (unsigned long long)o->seq);
+        else
+            ADD(" last call: %s #%llu, left it %.1f s ago;", o->desc,
+                (unsigned long long)o->seq, o->since_last_s);
+    }
+    if (!missing)
+        ADD(" none that this rank knows of;");
+    if (n + 200 >= cap)
+        ADD(" ...;");
+    ADD(" the job ends after %.0f s (failure.stall_timeout_s)\n", w->timeout_s);
+#undef ADD
+}
+
+static void check_stall(mt__watchdog *w, const beat *b)
+{
+    if (!b->waiting || b->waited_s <= w->warn_s)
+        return;
+    double now = mt__now();
+    char line[8192];
+    bool reporter = !lower_reports(w, b, now);
+    bool timed_out = b->waited_s > w->timeout_s;
+    if (!timed_out && (!reporter || w->warned == wait_key(b) + 1))
+        return;
+    line[0] = '\0';
+    if (reporter) {
+        describe_stall(w, b, now, line, sizeof line);
+        w->warned = wait_key(b) + 1;
+    }
+    if (!timed_out) {
+        say(line);
+        return;
+    }
+    size_t n = strlen(line);
+    snprintf(line + n, sizeof line - n,
+             "mpitrain: rank %d (host %s): stalled %.0f s in %s%s (call #%llu), past "
+             "failure.stall_timeout_s = %g s; aborting the job with status %d\n",
+             w->rank, w->ids[w->rank].host, b->waited_s, wait_kind(b), b->desc,
+             (unsigned long long)b->seq, w->timeout_s, MT_EXIT_STALLED);
+    mt__end_job(w->comm, MT_EXIT_STALLED, line, w->grace_s);
+}
+
+/* A dead peer ends the job LOST_WAIT_S after it was first seen dead: a launcher that is
+ * ending the job (it saw the death, or a rank aborted) kills this rank first, so the job's
+ * status stays the launcher's; only where no launcher acts (spawn mode) does this one. */
+#define LOST_WAIT_S 2.0
+
+static void check_lost(mt__watchdog *w)
+{
+    for (int r = 0; r < w->size; r++) {
+        peer *p = &w->peers[r];
+        if (r == w->rank || !p->local || p->bye)
+            continue;
+        if (!p->dead_since) {
+            if (process_gone(&w->ids[r]))
+                p->dead_since = mt__now();
+            continue;
+        }
+        if (mt__now() - p->dead_since < LOST_WAIT_S)
+            continue;
+        char line[512];
+        snprintf(line, sizeof line,
+                 "mpitrain: rank %d (host %s): rank %d (host %s, pid %d) has died; the job "
+                 "cannot go on without it: ending it with status %d (rerun it to resume "
+                 "from the latest checkpoint)\n",
+                 w->rank, w->ids[w->rank].host, r, w->ids[r].host, (int)w->ids[r].pid,
+                 MT_EXIT_LOST);
+        mt__end_job(w->comm, MT_EXIT_LOST, line, w->grace_s);
+    }
+}
+
+/* Takes every beat that has arrived. */
+static void receive(mt__watchdog *w)
+{
     for (;;) {
         int flag = 0;
         MPI_Status st;
         if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_BEAT, w->comm, &flag, &st) != MPI_SUCCESS || !flag)
-            return byes;
+            return;
         beat b;
-        MPI_Recv(&b, sizeof b, MPI_BYTE, st.MPI_SOURCE, TAG_BEAT, w->comm, MPI_STATUS_IGNORE);
+        if (MPI_Recv(&b, sizeof b, MPI_BYTE, st.MPI_SOURCE, TAG_BEAT, w->comm,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return;
+        peer *p = &w->peers[st.MPI_SOURCE];
+        p->heard = mt__now();
         if (b.bye)
-            byes++;
+            p->bye = true;
         else
-            w->beats[st.MPI_SOURCE] = b;
+            p->last = b;
     }
+}
+
+/* True when req is free for another send (an MPI error frees it too: that peer is lost
+ * to this thread, and the checks above decide what follows). */
+static bool sent(MPI_Request *req)
+{
+    int done = 1;
+    if (*req != MPI_REQUEST_NULL && MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        *req = MPI_REQUEST_NULL;
+        done = 1;
+    }
+    return done;
+}
+
+static void send_beats(mt__watchdog *w, const beat *b)
+{
+    for (int r = 0; r < w->size; r++) {
+        peer *p = &w->peers[r];
+        if (r == w->rank || !sent(&p->req))
+            continue;
+        p->out = *b;
+        MPI_Isend(&p->out, sizeof p->out, MPI_BYTE, r, TAG_BEAT, w->comm, &p->req);
+    }
+}
+
+/* Stopping: one bye to every peer; true once every peer's bye came and every send went. */
+static bool say_bye(mt__watchdog *w, beat *bye, bool *sent_byes)
+{
+    if (!*sent_byes) {
+        bye->bye = 1;
+        for (int r = 0; r < w->size; r++)
+            if (r != w->rank)
+                MPI_Isend(bye, sizeof *bye, MPI_BYTE, r, TAG_BEAT, w->comm,
+                          &w->peers[r].bye_req);
+        *sent_byes = true;
+    }
+    for (int r = 0; r < w->size; r++)
+        if (r != w->rank && (!w->peers[r].bye || !sent(&w->peers[r].req) ||
+                             !sent(&w->peers[r].bye_req)))
+            return false;
+    return true;
 }
 
 static void *watch(void *arg)
 {
     mt__watchdog *w = arg;
-    int byes = 0;
+    while (atomic_load(&w->state) == 0)
+        sleep_s(0.001);
+    if (atomic_load(&w->state) != 1)
+        return NULL;
+    for (int r = 0; r < w->size; r++)
+        w->peers[r].heard = mt__now();
+    beat bye;
+    bool sent_byes = false;
+    double stop_began = 0, last_tick = mt__now();
     for (;;) {
         bool stopping = atomic_load(&w->stop);
+        double now = mt__now();
+        if (now - last_tick > w->stale_s) /* this rank was stopped, not its peers */
+            for (int r = 0; r < w->size; r++)
+                w->peers[r].heard = now;
+        last_tick = now;
         beat b;
         snapshot(&b);
-        check_own_timeout(w, &b);
-        if (w->rank == 0) {
-            w->beats[0] = b;
-            byes += drain(w);
-            if (!stopping)
-                report_stall(w);
-            else if (byes >= w->size - 1)
-                break;
+        w->peers[w->rank].last = b;
+        w->peers[w->rank].heard = mt__now();
+        receive(w);
+        if (!stopping) {
+            check_lost(w);
+            check_stall(w, &b);
+            send_beats(w, &b);
         } else {
-            b.bye = stopping;
-            MPI_Send(&b, sizeof b, MPI_BYTE, 0, TAG_BEAT, w->comm);
-            if (stopping)
+            if (!sent_byes) {
+                stop_began = mt__now();
+                bye = b;
+            }
+            if (say_bye(w, &bye, &sent_byes))
                 break;
+            if (mt__now() - stop_began > w->timeout_s) {
+                char line[256];
+                snprintf(line, sizeof line,
+                         "mpitrain: rank %d (host %s): peers did not stop their stall "
+                         "watchdogs within %g s; aborting the job with status %d\n",
+                         w->rank, w->ids[w->rank].host, w->timeout_s, MT_EXIT_STALLED);
+                mt__end_job(w->comm, MT_EXIT_STALLED, line, w->grace_s);
+            }
         }
         sleep_s(stopping ? 0.001 : w->tick_s);
     }
     return NULL;
+}
+
+static void destroy(mt__watchdog *w)
+{
+    if (!w)
+        return;
+    if (w->threaded) {
+        atomic_store(&w->state, 2);
+        pthread_join(w->thread, NULL);
+    }
+    if (w->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&w->comm);
+    free(w->ids);
+    free(w->peers);
+    free(w);
 }
 
 int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double timeout_s,
@@ -208,31 +537,55 @@ int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double ti
                             "MPI_Init_thread with MPI_THREAD_MULTIPLE)\n");
         return MT_OK;
     }
-    mt__watchdog *w = calloc(1, sizeof *w);
-    MT__CHECK(w, MT_ENOMEM, fail, "out of memory starting the stall watchdog");
-    w->comm = MPI_COMM_NULL;
-    MT__MPI(MPI_Comm_dup(c->comm, &w->comm), fail);
+    /* local set-up, then one agreement before the first collective of the start */
+    mt__watchdog *w = mt__test_fail("watchdog-alloc", c->rank) ? NULL : calloc(1, sizeof *w);
+    if (w) {
+        w->comm = MPI_COMM_NULL;
+        w->ids = calloc((size_t)c->size, sizeof *w->ids);
+        w->peers = calloc((size_t)c->size, sizeof *w->peers);
+    }
+    if (!w || !w->ids || !w->peers)
+        rc = mt__error(MT_ENOMEM, "rank %d: out of memory starting the stall watchdog",
+                       c->rank);
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 2, 0, 0);
+    if ((rc = mt__agree(c, &call, rc, NULL)))
+        goto fail;
+    /* every rank enters both collectives whatever happened before, then agrees */
+    ident mine;
+    own_ident(&mine);
+    int e = MPI_Comm_dup(c->comm, &w->comm);
+    if (e != MPI_SUCCESS)
+        rc = mt__mpi_error(e, "MPI_Comm_dup (stall watchdog)");
+    e = MPI_Allgather(&mine, sizeof mine, MPI_BYTE, w->ids, sizeof mine, MPI_BYTE, c->comm);
+    if (e != MPI_SUCCESS && !rc)
+        rc = mt__mpi_error(e, "MPI_Allgather (stall watchdog identities)");
     w->rank = c->rank;
     w->size = c->size;
     w->verbose = verbose;
     w->warn_s = warn_s;
     w->timeout_s = timeout_s;
     w->tick_s = fmin(0.5, fmax(0.02, warn_s / 4));
-    if (w->rank == 0) {
-        w->beats = calloc((size_t)w->size, sizeof *w->beats);
-        MT__CHECK(w->beats, MT_ENOMEM, fail, "out of memory starting the stall watchdog");
+    w->stale_s = fmax(1.0, 3 * w->tick_s);
+    w->grace_s = fmin(10, fmax(1, timeout_s / 10));
+    for (int r = 0; r < c->size; r++) {
+        w->peers[r].req = w->peers[r].bye_req = MPI_REQUEST_NULL;
+        w->peers[r].local = r != c->rank && mine.space[0] && w->ids[r].start &&
+                            !strcmp(w->ids[r].host, mine.host) &&
+                            !strcmp(w->ids[r].space, mine.space);
     }
-    MT__CHECK(pthread_create(&w->thread, NULL, watch, w) == 0, MT_ENOMEM, fail,
-              "cannot start the stall watchdog thread");
+    if (!rc && (mt__test_fail("watchdog-thread", c->rank) ||
+                pthread_create(&w->thread, NULL, watch, w) != 0))
+        rc = mt__error(MT_ENOMEM, "rank %d: cannot start the stall watchdog thread", c->rank);
+    w->threaded = !rc;
+    mt__call_init(&call, MT__CALL_INTERNAL, 3, 0, 0);
+    if ((rc = mt__agree(c, &call, rc, NULL)))
+        goto fail;
+    atomic_store(&w->state, 1);
     *out = w;
     return MT_OK;
 fail:
-    if (w) {
-        if (w->comm != MPI_COMM_NULL)
-            MPI_Comm_free(&w->comm);
-        free(w->beats);
-        free(w);
-    }
+    destroy(w);
     return rc;
 }
 
@@ -243,8 +596,7 @@ void mt__watchdog_stop(mt__watchdog **wp)
     mt__watchdog *w = *wp;
     atomic_store(&w->stop, 1);
     pthread_join(w->thread, NULL);
-    MPI_Comm_free(&w->comm);
-    free(w->beats);
-    free(w);
+    w->threaded = false;
+    destroy(w);
     *wp = NULL;
 }
