@@ -833,10 +833,12 @@ static int convert_piece(const void *piece, size_t n, size_t offset, void *arg)
     return MT_OK;
 }
 
-/* Rank 0 reads rows [start, start+count) piece by piece; each piece goes to `sink`. */
+/* Rank 0 reads rows [start, start+count) piece by piece; each piece goes to `sink`. For
+ * whom (a rank) names the reader in the test hook "restore-read" (a read error after the
+ * first piece). */
 static int read_rows(hid_t ds, const mt__ckpt_array *a, uint64_t start, uint64_t count,
                      char *buf, uLong *crc, int (*sink)(const void *, size_t, size_t, void *),
-                     void *arg)
+                     void *arg, int for_whom)
 {
     size_t rb = mt_dtype_size(a->dtype);
     for (int d = 1; d < a->ndim; d++)
@@ -845,6 +847,10 @@ static int read_rows(hid_t ds, const mt__ckpt_array *a, uint64_t start, uint64_t
     int rc = MT_OK;
     for (uint64_t r = 0; !rc && r < count; r += per) {
         uint64_t n = count - r < per ? count - r : per;
+        if (r > 0 && mt__test_fail("restore-read", for_whom))
+            return mt__error(MT_EIO, "%s: reading rows %llu.. of array %s failed (injected by "
+                             "MT_TEST_FAIL_AT)", a->name, (unsigned long long)(start + r),
+                             a->name);
         rc = mt__ckpt_rows(ds, a->dtype, start + r, n, buf, false);
         if (!rc) {
             *crc = crc32(*crc, (const Bytef *)buf, (uInt)(n * rb));
@@ -858,12 +864,29 @@ typedef struct {
     mt__comm *comm;
     int to;
     size_t chunk;
+    size_t sent;   /* bytes of the promised total sent so far */
 } sender;
 
 static int send_piece(const void *piece, size_t n, size_t offset, void *arg)
 {
     sender *s = arg;
-    return mt__stream_send(s->comm, s->to, piece, n, s->chunk);
+    int rc = mt__stream_send(s->comm, s->to, piece, n, s->chunk);
+    if (!rc)
+        s->sent += n;
+    return rc;
+}
+
+/* After a failure: the rest of the promised bytes, zeros in the same chunks, so the
+ * receiver's stream ends where it expects and it reaches the closing agreement. */
+static void send_rest(sender *s, char *buf, size_t total)
+{
+    memset(buf, 0, s->chunk);
+    while (s->sent < total) {
+        size_t n = total - s->sent < s->chunk ? total - s->sent : s->chunk;
+        if (mt__stream_send(s->comm, s->to, buf, n, s->chunk) != MT_OK)
+            return; /* MPI itself failed: the watchdog ends a peer left waiting */
+        s->sent += n;
+    }
 }
 
 typedef struct {
@@ -897,7 +920,7 @@ static int get_local(const mt_checkpoint *ck, const mt__ckpt_array *a, mt_dtype 
     uLong crc = crc32(0, NULL, 0);
     converter cv = {out, t, a->dtype};
     if (!rc) {
-        rc = read_rows(ds, a, 0, a->dims[0], buf, &crc, convert_piece, &cv);
+        rc = read_rows(ds, a, 0, a->dims[0], buf, &crc, convert_piece, &cv, 0);
         mt__ckpt_close_array(ds);
     }
     if (!rc && (uint32_t)crc != a->crc)
@@ -936,6 +959,13 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
     if (!ck || !ck->ctx)
         return rc ? rc : get_local(ck, a, t, out);
     mt_context *c = ck->ctx;
+    /* the piece buffer is part of what the first agreement agrees on: after it, no rank
+     * may leave the streams below for want of memory */
+    size_t chunk = a ? row_chunk(re * mt_dtype_size(a->dtype)) : 0;
+    char *buf = NULL;
+    if (!rc && !(buf = mt__test_fail("restore-alloc", c->world_rank) ? NULL : malloc(chunk)))
+        rc = mt__error(MT_ENOMEM, "rank %d: out of memory (%zu bytes) restoring %s from %s",
+                       c->world_rank, chunk, name, ck->path);
     mt__call call;
     uint64_t h = 0;
     for (const char *p = name ? name : ""; *p; p++)
@@ -943,17 +973,18 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
     mt__call_init(&call, MT__CALL_CKPT_GET, 0, (int64_t)t, 0);
     call.sig = mt__sig_mix(call.sig, h);
     rc = mt__agree(c->comm, &call, rc, NULL);
-    if (rc)
+    if (rc) {
+        free(buf);
         return rc;
-    size_t es = mt_dtype_size(a->dtype), chunk = row_chunk(re * es);
+    }
+    size_t es = mt_dtype_size(a->dtype);
     converter cv = {out, t, a->dtype};
     int status = MT_OK;
     if (c->world_rank == 0) {
         char h5[4200];
         snprintf(h5, sizeof h5, "%s/checkpoint.h5", ck->path);
         hid_t f = H5I_INVALID_HID, ds = H5I_INVALID_HID;
-        char *buf = malloc(chunk);
-        status = buf ? mt__ckpt_open(h5, &f) : MT_ENOMEM;
+        status = mt__ckpt_open(h5, &f);
         if (!status)
             status = mt__ckpt_open_array(f, a->name, &ds);
         uLong crc = crc32(0, NULL, 0);
@@ -961,24 +992,22 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
             bcaster b = {c->comm, cv};
             uint64_t zero = 0;
             if (!status)
-                status = read_rows(ds, a, 0, a->dims[0], buf, &crc, bcast_piece, &b);
+                status = read_rows(ds, a, 0, a->dims[0], buf, &crc, bcast_piece, &b, 0);
             mt__bcast_bytes(c->comm, &zero, sizeof zero, 0); /* end of the pieces */
         } else {
             for (int r = 0; r < c->world_size; r++) {
                 uint64_t s0, n0;
                 my_rows(ck, a, r, c->world_size, &s0, &n0);
-                sender snd = {c->comm, r, chunk};
+                sender snd = {c->comm, r, chunk, 0};
                 if (r == 0)
-                    status = status ? status : read_rows(ds, a, s0, n0, buf, &crc, convert_piece, &cv);
-                else if (!status)
-                    status = read_rows(ds, a, s0, n0, buf, &crc, send_piece, &snd);
-                else { /* keep the promise of n0 rows so rank r does not wait forever */
-                    memset(buf, 0, chunk);
-                    for (uint64_t left = n0 * re * es; left > 0;) {
-                        size_t n = left < chunk ? left : chunk;
-                        mt__stream_send(c->comm, r, buf, n, chunk);
-                        left -= n;
-                    }
+                    status = status ? status
+                                    : read_rows(ds, a, s0, n0, buf, &crc, convert_piece, &cv, 0);
+                else {
+                    if (!status)
+                        status = read_rows(ds, a, s0, n0, buf, &crc, send_piece, &snd, r);
+                    /* keep the promise of n0 rows, also after a failure part-way, so
+                     * rank r does not wait forever */
+                    send_rest(&snd, buf, (size_t)(n0 * re * es));
                 }
             }
         }
@@ -988,9 +1017,7 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
             mt__ckpt_close_array(ds);
         if (f >= 0)
             mt__ckpt_close(f, h5, false);
-        free(buf);
     } else if (a->layout == MT_REPLICATED) {
-        char *buf = malloc(chunk);
         size_t offset = 0;
         for (;;) {
             uint64_t len = 0;
@@ -1007,13 +1034,9 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
             convert_piece(buf, (size_t)len, offset, &cv);
             offset += (size_t)len;
         }
-        free(buf);
-    } else {
-        char *buf = malloc(chunk);
-        status = buf ? mt__stream_recv(c->comm, 0, rows * re * es, buf, chunk, convert_piece, &cv)
-                     : MT_ENOMEM;
-        free(buf);
-    }
+    } else
+        status = mt__stream_recv(c->comm, 0, rows * re * es, buf, chunk, convert_piece, &cv);
+    free(buf);
     mt__call done;
     mt__call_init(&done, MT__CALL_CKPT_GET, 1, (int64_t)t, 0);
     return mt__agree(c->comm, &done, status, NULL);

@@ -425,8 +425,19 @@ static int open_shard(mt_context *c, const mt__dataset_spec *spec, mt_shard **ou
         s->memory_limit = c->data.memory_limit;
         s->readahead = want_readahead(c);
     }
-    rc = !s || !s->name ? mt__error(MT_ENOMEM, "out of memory opening %s", spec->name)
-                        : mt__h5group_open(c->comm->comm, spec->file, spec->group, &s->g);
+    rc = !s || !s->name || mt__test_fail("shard-alloc", c->world_rank)
+             ? mt__error(MT_ENOMEM, "rank %d: out of memory opening %s", c->world_rank,
+                         spec->name)
+             : MT_OK;
+    /* the open below is collective (parallel HDF5): nobody enters it while one rank lacks
+     * its shard */
+    mt__call ready;
+    mt__call_init(&ready, MT__CALL_DATA_OPEN, 2, 0, 0);
+    if ((rc = mt__agree(c->comm, &ready, rc, NULL))) {
+        shard_free(s);
+        return rc;
+    }
+    rc = mt__h5group_open(c->comm->comm, spec->file, spec->group, &s->g);
     if (!rc) {
         int64_t n = s->g->rows, p = c->world_size;
         s->mem = malloc((size_t)s->g->ncols * sizeof *s->mem);
@@ -484,16 +495,19 @@ int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out)
         mt__call_init(&call, MT__CALL_DATA_OPEN, 0, 0, 0);
         return mt__agree(c->comm, &call, rc, NULL);
     }
+    /* room for the shard first: after the open's agreements no rank may fail alone */
+    mt_shard **grown = realloc(c->shards, (size_t)(c->nshards + 1) * sizeof *grown);
+    if (!grown) {
+        mt__call call;
+        mt__call_init(&call, MT__CALL_DATA_OPEN, 0, 0, 0);
+        return mt__agree(c->comm, &call, mt__error(MT_ENOMEM, "rank %d: out of memory keeping "
+                                                   "a shard", c->world_rank), NULL);
+    }
+    c->shards = grown;
     mt_shard *s = NULL;
     rc = open_shard(c, spec, &s);
     if (rc)
         return rc;
-    mt_shard **grown = realloc(c->shards, (size_t)(c->nshards + 1) * sizeof *grown);
-    if (!grown) {
-        shard_free(s);
-        return mt__error(MT_ENOMEM, "out of memory keeping a shard");
-    }
-    c->shards = grown;
     c->shards[c->nshards++] = s;
     *out = s;
     return MT_OK;
