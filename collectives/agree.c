@@ -265,9 +265,11 @@ int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who)
             mt__error_set_text(own);
         int rc = agree(c, &call, status, who, &same, &broken, NULL, 0);
         if (!broken && mt__test_fail("agree-exit-mpi", c->rank)) {
+            /* what agree() answers when its MPI_Allreduce fails */
             rc = mt__mpi_error(MPI_ERR_OTHER, "MPI_Allreduce (agreement; injected by "
                                               "MT_TEST_FAIL_AT)");
             broken = true;
+            same = false;
         }
         /* an agreement that cannot reach the others cannot learn that they left: this
          * rank's error is final (peers still waiting are ended by the stall watchdog) */

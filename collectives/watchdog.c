@@ -3,26 +3,31 @@
  *
  * The rank's own thread writes its position (waiting in which agreement or in the data
  * movement after it, since when, what it last called) under a mutex held only for the
- * copy. The watchdog thread of every rank sends a snapshot ("beat") to every other rank a
- * few times a second with nonblocking sends on a private duplicate communicator, sending
- * to a peer again only once its previous beat has gone, so a stopped or unreachable peer
- * never blocks the thread; it receives every beat that has arrived. From the beats it
- * knows, locally, who waits where and who has fallen silent; nothing it decides needs a
- * message from the rank that is missing, so any waiting rank can warn and every waiting
- * rank ends the job by itself (see watchdog.h).
+ * copy. The watchdog thread of every rank publishes a snapshot ("beat") a few times a
+ * second: to the ranks of its own host through a small shared-memory slot of its own that
+ * they map (no MPI call at all: MPI traffic from this thread, concurrent with the fusion
+ * thread's collectives, was seen to lose a barrier in spawn mode), and to the ranks of
+ * other hosts with nonblocking sends on a private duplicate communicator, sending to a
+ * peer again only once its previous beat has gone, so a stopped or unreachable peer never
+ * blocks the thread. From the beats it knows, locally, who waits where and who has fallen
+ * silent; nothing it decides needs a message from the rank that is missing, so any
+ * waiting rank can warn and every waiting rank ends the job by itself (see watchdog.h).
  *
  * Same-host peers are also watched through /proc: a peer process that has exited (its
  * pid gone, a zombie, or reused by a process that started at another time) ends the job
  * a couple of seconds later, unless the launcher has ended it by then. Identities (host, pid namespace, boot id, pid, start time) are exchanged
  * when the watchdog starts, so only processes this rank can really see are checked.
  *
- * Stop protocol: every rank's thread sends a final "bye" to every peer and keeps receiving
- * until it has one from each, then waits for its own sends, so no message is left
- * unmatched when the communicator is freed.
+ * Stop protocol: every rank's thread marks its slot "bye" and sends a final "bye" to every
+ * peer on another host, and keeps receiving until it has one from each of those, then
+ * waits for its own sends, so no message is left unmatched when the communicator is freed.
+ * Each slot's name is removed once every rank has mapped its peers' slots (the start's
+ * second agreement), so a crash leaves nothing in /dev/shm.
  */
 #include "watchdog.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -30,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,17 +53,30 @@ typedef struct {
 /* Who a rank is, for the reports and for the same-host liveness check. */
 typedef struct {
     char host[64];
-    char space[96];      /* pid namespace and boot id: pids compare only within one */
+    char space[160];     /* pid and mount namespaces, boot id: pids and /dev/shm compare
+                            only within one */
+    char slot[48];       /* name of its shared-memory slot */
     int32_t pid;
     int32_t pad;
     uint64_t start;      /* start time in clock ticks after boot (/proc/PID/stat) */
 } ident;
 
+/* A rank's shared-memory slot: its latest beat under a sequence lock (odd while the
+ * owner writes), and a tick count that stops when the rank does. */
+typedef struct {
+    atomic_uint_fast64_t version;
+    atomic_uint_fast64_t ticks;
+    atomic_int bye;
+    beat b;
+} slot;
+
 typedef struct {
     beat last;           /* latest beat received */
     double heard;        /* when it arrived (local clock) */
     bool bye;
-    bool local;          /* same host and pid namespace: liveness through /proc */
+    bool local;          /* same host and namespaces: slot and liveness through /proc */
+    const slot *board;   /* its slot, mapped (local peers) */
+    uint64_t ticks;      /* its tick count when last read */
     double dead_since;   /* when its process was first seen gone (0: alive) */
     MPI_Request req;     /* this rank's beat on its way to the peer */
     MPI_Request bye_req;
@@ -227,12 +246,14 @@ static void own_ident(ident *me)
         MPI_Get_processor_name(name, &len);
         snprintf(me->host, sizeof me->host, "%s", name);
     }
-    char ns[48] = "", boot[48] = "";
+    char ns[48] = "", mnt[48] = "", boot[48] = "";
     ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
     ns[n > 0 ? n : 0] = '\0';
+    n = readlink("/proc/self/ns/mnt", mnt, sizeof mnt - 1);
+    mnt[n > 0 ? n : 0] = '\0';
     read_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
-    if (ns[0] && boot[0])
-        snprintf(me->space, sizeof me->space, "%s@%s", ns, boot);
+    if (ns[0] && mnt[0] && boot[0])
+        snprintf(me->space, sizeof me->space, "%s %s@%s", ns, mnt, boot);
     me->pid = (int32_t)getpid();
     char state;
     if (read_stat(me->pid, &state, &me->start) != 0)
@@ -253,6 +274,8 @@ static bool process_gone(const ident *p)
 
 struct mt__watchdog {
     MPI_Comm comm;
+    slot *own;           /* this rank's slot, mapped */
+    char own_name[48];   /* its name until removed */
     int rank, size, verbose;
     double warn_s, timeout_s, tick_s, stale_s, grace_s;
     atomic_int state;    /* 0 wait for the start's agreement, 1 run, 2 quit unstarted */
@@ -398,7 +421,51 @@ static void check_lost(mt__watchdog *w)
     }
 }
 
-/* Takes every beat that has arrived. */
+static void publish(mt__watchdog *w, const beat *b, bool bye)
+{
+    slot *sl = w->own;
+    uint_fast64_t v = atomic_load_explicit(&sl->version, memory_order_relaxed);
+    atomic_store_explicit(&sl->version, v + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    sl->b = *b;
+    atomic_store_explicit(&sl->version, v + 2, memory_order_release);
+    atomic_fetch_add_explicit(&sl->ticks, 1, memory_order_release);
+    if (bye)
+        atomic_store_explicit(&sl->bye, 1, memory_order_release);
+}
+
+/* The beats of the ranks on this host, from their slots: a peer is heard from when its
+ * tick count moved. */
+static void read_slots(mt__watchdog *w)
+{
+    double now = mt__now();
+    for (int r = 0; r < w->size; r++) {
+        peer *p = &w->peers[r];
+        if (!p->board)
+            continue;
+        const slot *sl = p->board;
+        if (atomic_load_explicit(&sl->bye, memory_order_acquire))
+            p->bye = true;
+        uint64_t t = atomic_load_explicit(&sl->ticks, memory_order_acquire);
+        if (t == p->ticks)
+            continue;
+        for (int tries = 0; tries < 100; tries++) {
+            uint_fast64_t v1 = atomic_load_explicit(&sl->version, memory_order_acquire);
+            if (v1 & 1)
+                continue;
+            beat b = sl->b;
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&sl->version, memory_order_relaxed) == v1) {
+                p->last = b;
+                p->ticks = t;
+                p->heard = now;
+                break;
+            }
+        }
+    }
+}
+
+/* Takes every beat that has arrived from other hosts. */
 static void receive(mt__watchdog *w)
 {
     for (;;) {
@@ -435,7 +502,7 @@ static void send_beats(mt__watchdog *w, const beat *b)
 {
     for (int r = 0; r < w->size; r++) {
         peer *p = &w->peers[r];
-        if (r == w->rank || !sent(&p->req))
+        if (r == w->rank || p->local || !sent(&p->req))
             continue;
         p->out = *b;
         MPI_Isend(&p->out, sizeof p->out, MPI_BYTE, r, TAG_BEAT, w->comm, &p->req);
@@ -447,15 +514,16 @@ static bool say_bye(mt__watchdog *w, beat *bye, bool *sent_byes)
 {
     if (!*sent_byes) {
         bye->bye = 1;
+        publish(w, bye, true);
         for (int r = 0; r < w->size; r++)
-            if (r != w->rank)
+            if (r != w->rank && !w->peers[r].local)
                 MPI_Isend(bye, sizeof *bye, MPI_BYTE, r, TAG_BEAT, w->comm,
                           &w->peers[r].bye_req);
         *sent_byes = true;
     }
     for (int r = 0; r < w->size; r++)
-        if (r != w->rank && (!w->peers[r].bye || !sent(&w->peers[r].req) ||
-                             !sent(&w->peers[r].bye_req)))
+        if (r != w->rank && !w->peers[r].local &&
+            (!w->peers[r].bye || !sent(&w->peers[r].req) || !sent(&w->peers[r].bye_req)))
             return false;
     return true;
 }
@@ -483,6 +551,9 @@ static void *watch(void *arg)
         snapshot(&b);
         w->peers[w->rank].last = b;
         w->peers[w->rank].heard = mt__now();
+        if (!stopping)
+            publish(w, &b, false);
+        read_slots(w);
         receive(w);
         if (!stopping) {
             check_lost(w);
@@ -509,6 +580,61 @@ static void *watch(void *arg)
     return NULL;
 }
 
+/* This rank's slot, named in me->slot. */
+static int create_slot(mt__watchdog *w, ident *me, int rank)
+{
+    static atomic_int counter;
+    snprintf(me->slot, sizeof me->slot, "/mpitrain-watch-%d-%d", (int)me->pid,
+             atomic_fetch_add(&counter, 1));
+    int fd = mt__test_fail("watchdog-slot", rank)
+                 ? -1 : shm_open(me->slot, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        return mt__error(MT_EIO, "rank %d: cannot create the stall watchdog's shared memory "
+                         "%s: %s", rank, me->slot, strerror(errno ? errno : EIO));
+    snprintf(w->own_name, sizeof w->own_name, "%s", me->slot);
+    void *p = ftruncate(fd, sizeof(slot)) == 0
+                  ? mmap(NULL, sizeof(slot), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED)
+        return mt__error(MT_EIO, "rank %d: cannot map the stall watchdog's shared memory %s: "
+                         "%s", rank, me->slot, strerror(e));
+    w->own = p;
+    return MT_OK;
+}
+
+/* The slots of the ranks on this host (same host name and namespaces). */
+static int map_peers(mt__watchdog *w, const ident *me)
+{
+    for (int r = 0; r < w->size; r++) {
+        peer *p = &w->peers[r];
+        const ident *id = &w->ids[r];
+        p->local = r != w->rank && me->space[0] && id->start && !strcmp(id->host, me->host) &&
+                   !strcmp(id->space, me->space);
+        if (!p->local)
+            continue;
+        int fd = shm_open(id->slot, O_RDONLY, 0);
+        void *m = fd >= 0 ? mmap(NULL, sizeof(slot), PROT_READ, MAP_SHARED, fd, 0)
+                          : MAP_FAILED;
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        if (m == MAP_FAILED)
+            return mt__error(MT_EIO, "rank %d: cannot map rank %d's stall watchdog slot %s: "
+                             "%s", w->rank, r, id->slot, strerror(e));
+        p->board = m;
+    }
+    return MT_OK;
+}
+
+static void unlink_slot(mt__watchdog *w)
+{
+    if (w->own_name[0])
+        shm_unlink(w->own_name);
+    w->own_name[0] = '\0';
+}
+
 static void destroy(mt__watchdog *w)
 {
     if (!w)
@@ -519,6 +645,12 @@ static void destroy(mt__watchdog *w)
     }
     if (w->comm != MPI_COMM_NULL)
         MPI_Comm_free(&w->comm);
+    unlink_slot(w);
+    if (w->own)
+        munmap(w->own, sizeof(slot));
+    for (int r = 0; w->peers && r < w->size; r++)
+        if (w->peers[r].board)
+            munmap((void *)w->peers[r].board, sizeof(slot));
     free(w->ids);
     free(w->peers);
     free(w);
@@ -544,16 +676,18 @@ int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double ti
         w->ids = calloc((size_t)c->size, sizeof *w->ids);
         w->peers = calloc((size_t)c->size, sizeof *w->peers);
     }
+    ident mine;
+    own_ident(&mine);
     if (!w || !w->ids || !w->peers)
         rc = mt__error(MT_ENOMEM, "rank %d: out of memory starting the stall watchdog",
                        c->rank);
+    else
+        rc = create_slot(w, &mine, c->rank);
     mt__call call;
     mt__call_init(&call, MT__CALL_INTERNAL, 2, 0, 0);
     if ((rc = mt__agree(c, &call, rc, NULL)))
         goto fail;
     /* every rank enters both collectives whatever happened before, then agrees */
-    ident mine;
-    own_ident(&mine);
     int e = MPI_Comm_dup(c->comm, &w->comm);
     if (e != MPI_SUCCESS)
         rc = mt__mpi_error(e, "MPI_Comm_dup (stall watchdog)");
@@ -568,12 +702,10 @@ int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double ti
     w->tick_s = fmin(0.5, fmax(0.02, warn_s / 4));
     w->stale_s = fmax(1.0, 3 * w->tick_s);
     w->grace_s = fmin(10, fmax(1, timeout_s / 10));
-    for (int r = 0; r < c->size; r++) {
+    for (int r = 0; r < c->size; r++)
         w->peers[r].req = w->peers[r].bye_req = MPI_REQUEST_NULL;
-        w->peers[r].local = r != c->rank && mine.space[0] && w->ids[r].start &&
-                            !strcmp(w->ids[r].host, mine.host) &&
-                            !strcmp(w->ids[r].space, mine.space);
-    }
+    if (!rc)
+        rc = map_peers(w, &mine);
     if (!rc && (mt__test_fail("watchdog-thread", c->rank) ||
                 pthread_create(&w->thread, NULL, watch, w) != 0))
         rc = mt__error(MT_ENOMEM, "rank %d: cannot start the stall watchdog thread", c->rank);
@@ -581,6 +713,7 @@ int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double ti
     mt__call_init(&call, MT__CALL_INTERNAL, 3, 0, 0);
     if ((rc = mt__agree(c, &call, rc, NULL)))
         goto fail;
+    unlink_slot(w); /* every rank has mapped what it needs */
     atomic_store(&w->state, 1);
     *out = w;
     return MT_OK;

@@ -510,14 +510,15 @@ static void test_topology_alloc_fails_on_one_rank(void)
 
 static void test_watchdog_start_fails_on_one_rank(void)
 {
-    const char *sites[] = {"watchdog-alloc", "watchdog-thread"};
+    const char *sites[] = {"watchdog-alloc", "watchdog-slot", "watchdog-thread"};
+    int codes[] = {MT_ENOMEM, MT_EIO, MT_ENOMEM};
     mt__comm *c = test_comm();
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         mt__watchdog *w = NULL;
         fail_at(sites[i]);
         int rc = mt__watchdog_start(&w, c, 1, 10, 0);
         fail_none();
-        assert_victim_failed(rc, MT_ENOMEM);
+        assert_victim_failed(rc, codes[i]);
         CU_ASSERT_PTR_NULL(w);
     }
     /* a watchdog that starts on every rank stops on every rank */
