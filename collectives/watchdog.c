@@ -282,6 +282,7 @@ struct mt__watchdog {
     atomic_int stop;
     pthread_t thread;
     bool threaded;
+    int remote;          /* peers on other hosts (beats over MPI) */
     ident *ids;          /* every rank's identity */
     peer *peers;         /* every rank's latest state (this rank's own too) */
     uint64_t warned;     /* the last wait warned about, as wait_key + 1 */
@@ -468,7 +469,7 @@ static void read_slots(mt__watchdog *w)
 /* Takes every beat that has arrived from other hosts. */
 static void receive(mt__watchdog *w)
 {
-    for (;;) {
+    while (w->remote > 0) {
         int flag = 0;
         MPI_Status st;
         if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_BEAT, w->comm, &flag, &st) != MPI_SUCCESS || !flag)
@@ -502,7 +503,7 @@ static void send_beats(mt__watchdog *w, const beat *b)
 {
     for (int r = 0; r < w->size; r++) {
         peer *p = &w->peers[r];
-        if (r == w->rank || p->local || !sent(&p->req))
+        if (r == w->rank || p->local || !sent(&p->req)) /* no MPI call for local peers */
             continue;
         p->out = *b;
         MPI_Isend(&p->out, sizeof p->out, MPI_BYTE, r, TAG_BEAT, w->comm, &p->req);
@@ -612,8 +613,10 @@ static int map_peers(mt__watchdog *w, const ident *me)
         const ident *id = &w->ids[r];
         p->local = r != w->rank && me->space[0] && id->start && !strcmp(id->host, me->host) &&
                    !strcmp(id->space, me->space);
-        if (!p->local)
+        if (!p->local) {
+            w->remote += r != w->rank;
             continue;
+        }
         int fd = shm_open(id->slot, O_RDONLY, 0);
         void *m = fd >= 0 ? mmap(NULL, sizeof(slot), PROT_READ, MAP_SHARED, fd, 0)
                           : MAP_FAILED;
