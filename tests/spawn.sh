@@ -13,6 +13,8 @@ scratch spawn
 fmnist_h5
 limit=$((60 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 common="--data $data --storage-path $store/runs --steps-per-epoch 20"
+# a collective that hangs (see README) ends with 76 well inside the test's timeout
+resume="--stall-warn 10 --stall-timeout 40"
 
 # every descendant of pid $1: the parent rank, its helper daemon (orted), the spawned ranks
 job_pids() {
@@ -40,7 +42,7 @@ await_checkpoint() {
 
 for victim in child parent; do
     name=kill-$victim
-    timeout -k 5 $((limit * 2)) "$b/tools/trainer" --num-workers 3 $common --epochs 500 \
+    timeout -k 5 $((limit * 2)) "$b/tools/trainer" --num-workers 2 $common --epochs 500 \
         --name $name >"$out" 2>"$err" &
     job=$!
     await_checkpoint $name
@@ -59,7 +61,7 @@ for victim in child parent; do
     left=$(left_over $pids)
     if [ $victim = child ]; then
         if [ -n "$target" ] && [ $rc -eq 77 ] && [ -z "$left" ] \
-            && grep -q "mpitrain: rank [0-9] (host [^)]*): rank [12] (host [^,]*, pid $target) has died; .*ending it with status 77" "$err"; then
+            && grep -q "mpitrain: rank [0-9] (host [^)]*): rank 1 (host [^,]*, pid $target) has died; .*ending it with status 77" "$err"; then
             ok "spawn mode: a spawned rank killed ends the job with 77, naming it, nothing left"
         else bad "spawn mode: spawned rank killed (pid '$target', exit $rc, want 77; left:$left)"; fi
     else
@@ -69,7 +71,7 @@ for victim in child parent; do
     fi
     # shellcheck disable=SC2086
     [ -n "$left" ] && kill -9 $left 2>/dev/null
-    timeout -k 5 $((limit * 2)) "$b/tools/trainer" --num-workers 3 $common --epochs 6 \
+    timeout -k 5 $((limit * 2)) "$b/tools/trainer" --num-workers 2 $common $resume --epochs 6 \
         --name $name >"$out" 2>"$err"
     rc=$?
     if [ $rc -eq 0 ] && grep -q "resumed from .*checkpoint_00000" "$out"; then

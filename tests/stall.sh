@@ -4,7 +4,8 @@
 # (rank 0 or rank 1, at 2 and 3 ranks, three runs each) is named with its host by a rank
 # that waits for it, first at the warning and again when the job ends with 76, whichever
 # rank is stuck. With the launcher stopped too (MPI_Abort cannot reach anyone: what an
-# unreachable node looks like), every waiting rank still ends itself.
+# unreachable node looks like), every waiting rank still ends itself, also when the
+# stopped rank is on another (emulated) node.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 probe="${top_builddir:-.}/tests/stall_probe"
@@ -69,34 +70,47 @@ for np in 2 3; do
     done
 done
 
-# the launcher stopped as well: MPI_Abort does not return, each waiting rank ends itself
-for victim in 0 1; do
-    np=3
-    : >"$out"
-    timeout -k 5 $limit mpirun --oversubscribe -np $np "$probe" -1 40 --stall-warn 1 \
-        --stall-timeout 3 >"$out" 2>"$err" &
-    job=$!
-    await_pids $np
-    pid=$(rank_pid $victim)
-    launcher=$(pgrep -x mpirun -P $job || pgrep -P $job)
-    others=""
-    for r in $(seq 0 $((np - 1))); do [ $r -ne $victim ] && others="$others $(rank_pid $r)"; done
-    sleep 0.3
-    kill -STOP "$pid" $launcher
-    left=$others
-    for _ in $(seq 1 $((limit * 10))); do
-        left=""
-        for p in $others; do alive "$p" && left="$left $p"; done
-        [ -z "$left" ] && break
-        sleep 0.1
+# the launcher stopped as well: MPI_Abort does not return, each waiting rank ends itself.
+# "nodes": rank 0 alone on one emulated node (MT_NODE_KEY), ranks 1 and 2 on another, so
+# their beats cross over MPI, as between hosts whose link went down.
+probe_args="-1 40 --stall-warn 1 --stall-timeout 3"
+for layout in host nodes; do
+    for victim in 0 1; do
+        np=3
+        : >"$out"
+        if [ $layout = host ]; then
+            # shellcheck disable=SC2086
+            timeout -k 5 $limit mpirun --oversubscribe -np $np "$probe" $probe_args \
+                >"$out" 2>"$err" &
+        else
+            # shellcheck disable=SC2086
+            timeout -k 5 $limit mpirun --oversubscribe -np 1 -x MT_NODE_KEY=a "$probe" $probe_args \
+                : -np 2 -x MT_NODE_KEY=b "$probe" $probe_args >"$out" 2>"$err" &
+        fi
+        job=$!
+        await_pids $np
+        pid=$(rank_pid $victim)
+        launcher=$(pgrep -x mpirun -P $job || pgrep -P $job)
+        others=""
+        for r in $(seq 0 $((np - 1))); do [ $r -ne $victim ] && others="$others $(rank_pid $r)"; done
+        sleep 0.3
+        kill -STOP "$pid" $launcher
+        left=$others
+        for _ in $(seq 1 $((limit * 10))); do
+            left=""
+            for p in $others; do alive "$p" && left="$left $p"; done
+            [ -z "$left" ] && break
+            sleep 0.1
+        done
+        kill -CONT $launcher
+        wait $job
+        rc=$?
+        if [ -n "$pid" ] && [ -z "$left" ] \
+            && grep -q "MPI_Abort did not end this process within [0-9]* s; exiting with status 76" "$err" \
+            && grep -q "not arrived: rank $victim (host [^,]*, pid $pid) silent for" "$err"; then
+            ok "rank $victim and the launcher stopped ($layout): every other rank named it and ended itself with 76 (job exit $rc)"
+        else bad "rank $victim and the launcher stopped ($layout): ranks still running:$left (job exit $rc)"; fi
+        kill -9 "$pid" 2>/dev/null
     done
-    kill -CONT $launcher
-    wait $job
-    rc=$?
-    if [ -z "$left" ] && grep -q "MPI_Abort did not end this process within [0-9]* s; exiting with status 76" "$err" \
-        && grep -q "not arrived: rank $victim (host [^,]*, pid $pid) silent for" "$err"; then
-        ok "rank $victim and the launcher stopped: every other rank ended itself with 76 (job exit $rc)"
-    else bad "rank $victim and the launcher stopped: ranks still running:$left (job exit $rc)"; fi
-    kill -9 "$pid" 2>/dev/null
 done
 finish
