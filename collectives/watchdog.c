@@ -74,7 +74,8 @@ typedef struct {
     beat last;           /* latest beat received */
     double heard;        /* when it arrived (local clock) */
     bool bye;
-    bool local;          /* same host and namespaces: slot and liveness through /proc */
+    bool local;          /* same host and namespaces: beats through its slot */
+    bool visible;        /* its /proc entry could be read at the start: liveness checked */
     const slot *board;   /* its slot, mapped (local peers) */
     uint64_t ticks;      /* its tick count when last read */
     double dead_since;   /* when its process was first seen gone (0: alive) */
@@ -405,7 +406,7 @@ static void check_lost(mt__watchdog *w)
 {
     for (int r = 0; r < w->size; r++) {
         peer *p = &w->peers[r];
-        if (r == w->rank || !p->local || p->bye)
+        if (r == w->rank || !p->visible || p->bye)
             continue;
         if (!p->dead_since) {
             if (process_gone(&w->ids[r]))
@@ -630,6 +631,7 @@ static int map_peers(mt__watchdog *w, const ident *me)
             return mt__error(MT_EIO, "rank %d: cannot map rank %d's stall watchdog slot %s: "
                              "%s", w->rank, r, id->slot, strerror(e));
         p->board = m;
+        p->visible = !process_gone(id); /* e.g. /proc mounted with hidepid: not checked */
     }
     return MT_OK;
 }

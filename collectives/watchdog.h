@@ -4,15 +4,17 @@
  * mt__watch_enter/leave bracket the wait inside every agreement, and mt__watch_data/leave
  * the data movement that follows one (a rank stopped after the agreement leaves its peers
  * waiting there); they only store to this rank's state. While a watchdog runs (during fit),
- * a helper thread on every rank sends that state to every other rank a few times a second,
- * never blocking on a peer. Every decision is local, so a stopped, hung or unreachable rank
+ * a helper thread on every rank publishes that state to every other rank a few times a
+ * second (shared memory within a host, MPI to other hosts), never blocking on a peer.
+ * Every decision is local, so a stopped, hung or unreachable rank
  * (rank 0 included) cannot keep the others from acting:
  *  - a rank that has waited longer than warn_s prints which ranks have not arrived (with
  *    their hosts), unless a lower rank that is still heard from waits in the same call;
  *  - a rank that has waited longer than timeout_s ends the job with MT_EXIT_STALLED, and
  *    ends itself (_exit) if MPI_Abort does not return within a grace period;
- *  - a rank whose peer on the same host has died ends the job at once with
- *    MT_EXIT_LOST (a spawned job has no launcher that would notice).
+ *  - a rank whose peer on the same host has died ends the job with MT_EXIT_LOST a couple
+ *    of seconds later, unless the launcher did (a spawned job has no launcher that would
+ *    notice).
  */
 #ifndef MT_WATCHDOG_H
 #define MT_WATCHDOG_H
