@@ -646,6 +646,28 @@ static void test_restore_fails_on_one_rank(void)
     unsetenv("MT_CHECKPOINT_BUFFER");
 }
 
+static int quick_fn(mt_context *c, void *arg)
+{
+    (void)c;
+    (void)arg;
+    return MT_OK;
+}
+
+/* fit shares rank 0's run information: a rank that cannot hold it fails every rank's fit */
+static void test_fit_share_alloc_fails_on_one_rank(void)
+{
+    if (mt_test_size() == 1)
+        return; /* rank 0 sends, it allocates nothing */
+    mt_trainer_config cfg = base_config();
+    cfg.run.name = "share-fault";
+    char err[MT__MSG_LEN];
+    fail_at("share-json-alloc");
+    int rc = fit_with(quick_fn, NULL, cfg, err, sizeof err);
+    fail_none();
+    MT_ASSERT_INT_EQ(rc, mt_test_rank() == victim() ? MT_EINVAL : MT_EPEER);
+    MT_ASSERT_STR_CONTAINS(err, "NULL buffer");
+}
+
 static const mt_test tests[] = {
     {"context_in_fit", test_context_in_fit},
     {"name_is_rank0s", test_name_is_rank0s},
@@ -668,6 +690,7 @@ static const mt_test tests[] = {
     {"fusion_create_fails_on_one_rank", test_fusion_create_fails_on_one_rank},
     {"agree_exit_mpi_error_returns", test_agree_exit_mpi_error_returns},
     {"restore_fails_on_one_rank", test_restore_fails_on_one_rank},
+    {"fit_share_alloc_fails_on_one_rank", test_fit_share_alloc_fails_on_one_rank},
     {NULL, NULL},
 };
 
