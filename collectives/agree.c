@@ -94,7 +94,8 @@ typedef struct {
 } fail_note;
 
 /* Every rank: the lowest failing rank broadcasts its code and message. */
-static int share_failure(mt__comm *c, int root, int status, mt__winner *who)
+static int share_failure(const mt__comm *c, int root, int status, mt__winner *who,
+                         bool *broken)
 {
     fail_note *note = calloc(1, sizeof *note);
     if (!note) /* cannot allocate: still a uniform answer, without the text */
@@ -111,7 +112,7 @@ static int share_failure(mt__comm *c, int root, int status, mt__winner *who)
     int rc;
     who->code = note->code;
     snprintf(who->msg, sizeof who->msg, "%s", note->msg);
-    if (e != MPI_SUCCESS)
+    if ((*broken = e != MPI_SUCCESS))
         rc = mt__mpi_error(e, "MPI_Bcast (failure note)");
     else if (c->rank == root)
         rc = status;
@@ -135,7 +136,7 @@ typedef struct {
 
 
 /* Every rank: gather every rank's call and name the first two that differ. */
-static int share_mismatch(mt__comm *c, const mt__call *call, uint64_t seq)
+static int share_mismatch(mt__comm *c, const mt__call *call, uint64_t seq, bool *broken)
 {
     call_note mine = {.kind = call->kind, .sig = call->sig};
     mt__call_describe(call, mine.desc, sizeof mine.desc);
@@ -146,7 +147,7 @@ static int share_mismatch(mt__comm *c, const mt__call *call, uint64_t seq)
     int e = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
                           c->comm);
     int rc;
-    if (e != MPI_SUCCESS)
+    if ((*broken = e != MPI_SUCCESS))
         rc = mt__mpi_error(e, "MPI_Allgather (call descriptions)");
     else {
         int other = 1;
@@ -174,9 +175,10 @@ static int64_t fail_key(const mt__comm *c, int status)
     return -(int64_t)(echo ? c->size + c->rank : c->rank);
 }
 
-/* The allreduce; *same is true when every rank was in the same call. */
+/* The allreduce; *same is true when every rank was in the same call, *broken when an MPI
+ * call of the agreement itself failed (then nothing was learnt from the others). */
 static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who, bool *same,
-                 int64_t *value, int nvalues)
+                 bool *broken, int64_t *value, int nvalues)
 {
     uint64_t seq = c->seq++;
     int64_t s = (int64_t)(call->sig >> 1);
@@ -194,11 +196,13 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
     who->code = MT_OK;
     who->msg[0] = '\0';
     *same = false;
+    *broken = true;
     mt__watch_enter(call, seq);
     int e = MPI_Allreduce(MPI_IN_PLACE, w, W_COUNT, MPI_INT64_T, MPI_MAX, c->comm);
     mt__watch_leave();
     if (e != MPI_SUCCESS)
         return mt__mpi_error(e, "MPI_Allreduce (agreement)");
+    *broken = false;
     if (nvalues > 0)
         value[0] = w[W_VALUE];
     if (nvalues > 1)
@@ -207,12 +211,12 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
     if (w[W_FAIL] != INT64_MIN) {
         int root = (int)(-w[W_FAIL] % c->size);
         who->rank = root;
-        return share_failure(c, root, status, who);
+        return share_failure(c, root, status, who, broken);
     }
     if (!*same || w[W_SIG] != -w[W_NSIG]) {
         *same = false;
         who->code = MT_EMISMATCH;
-        int rc = share_mismatch(c, call, seq);
+        int rc = share_mismatch(c, call, seq, broken);
         snprintf(who->msg, sizeof who->msg, "%s", mt_last_error());
         return rc;
     }
@@ -221,15 +225,31 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
 
 int mt__agree(mt__comm *c, const mt__call *call, int status, mt__winner *who)
 {
-    bool same;
-    return agree(c, call, status, who, &same, NULL, 0);
+    bool same, broken;
+    return agree(c, call, status, who, &same, &broken, NULL, 0);
 }
 
 int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who,
                   int64_t *values, int nvalues)
 {
-    bool same;
-    return agree(c, call, status, who, &same, values, nvalues);
+    bool same, broken;
+    return agree(c, call, status, who, &same, &broken, values, nvalues);
+}
+
+int mt__agree_setup(MPI_Comm comm, int status)
+{
+    mt__comm c = {.comm = comm};
+    MPI_Comm_rank(comm, &c.rank);
+    MPI_Comm_size(comm, &c.size);
+    int64_t key = fail_key(&c, status);
+    int e = MPI_Allreduce(MPI_IN_PLACE, &key, 1, MPI_INT64_T, MPI_MAX, comm);
+    if (e != MPI_SUCCESS)
+        return mt__mpi_error(e, "MPI_Allreduce (set-up agreement)");
+    if (key == INT64_MIN)
+        return MT_OK;
+    mt__winner who;
+    bool broken;
+    return share_failure(&c, (int)(-key % c.size), status, &who, &broken);
 }
 
 int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who)
@@ -239,11 +259,28 @@ int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who)
     char own[MT__MSG_LEN];
     snprintf(own, sizeof own, "%s", mt_last_error());
     for (;;) {
-        bool same;
+        bool same, broken;
         /* each round must carry this rank's own message, not the last round's */
         if (status != MT_OK)
             mt__error_set_text(own);
-        int rc = agree(c, &call, status, who, &same, NULL, 0);
+        int rc = agree(c, &call, status, who, &same, &broken, NULL, 0);
+        if (!broken && mt__test_fail("agree-exit-mpi", c->rank)) {
+            /* what agree() answers when its MPI_Allreduce fails */
+            rc = mt__mpi_error(MPI_ERR_OTHER, "MPI_Allreduce (agreement; injected by "
+                                              "MT_TEST_FAIL_AT)");
+            broken = true;
+            same = false;
+        }
+        /* an agreement that cannot reach the others cannot learn that they left: this
+         * rank's error is final (peers still waiting are ended by the stall watchdog) */
+        if (broken) {
+            if (who) {
+                who->rank = c->rank;
+                who->code = rc;
+                snprintf(who->msg, sizeof who->msg, "%s", mt_last_error());
+            }
+            return rc;
+        }
         if (same)
             return rc;
     }

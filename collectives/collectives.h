@@ -37,6 +37,9 @@ const char *mt__call_name(int kind);
 
 #define MT__DESC_LEN 128
 
+/* Test only: true when MT_TEST_FAIL_AT names this site for this rank (fault.c). */
+bool mt__test_fail(const char *site, int rank);
+
 /* One collective call as the agreement sees it: its kind and arguments that must match
  * across ranks (n, x, y; their meaning depends on the kind), and their signature. Text
  * is made only when a message needs it (mt__call_describe), never on the fast path. */
@@ -85,6 +88,15 @@ int mt__agree(mt__comm *c, const mt__call *call, int status, mt__winner *who);
  * out; n <= 2). */
 int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who,
                   int64_t *values, int nvalues);
+
+/*
+ * The agreement of a set-up step over any communicator (collective over comm), for steps
+ * before a mt__comm exists: local work that can fail on one rank (an allocation) comes
+ * first, then this, and only then the set-up's own collectives (MPI_Comm_dup...), so no
+ * rank enters them alone. Returns status on a failing rank, MT_EPEER ("rank N failed: ...")
+ * on the others, 0 when every rank passed 0.
+ */
+int mt__agree_setup(MPI_Comm comm, int status);
 
 /*
  * The exit agreement a rank makes when it leaves a training function: it repeats the

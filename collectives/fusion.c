@@ -35,6 +35,7 @@
  * With one rank nothing moves at all.
  */
 #include "collectives.h"
+#include "watchdog.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -212,20 +213,22 @@ static int map_segment(mt_fusion *f, int size, int rank)
                       : MAP_FAILED;
     if (fd >= 0)
         close(fd);
-    int mapped = p != MAP_FAILED, all = 0;
+    /* the pointer tables count as mapping: a rank without them falls back with the rest */
+    f->slot = calloc((size_t)2 * (size_t)size, sizeof *f->slot);
+    f->part = calloc((size_t)size, sizeof *f->part);
+    int mapped = p != MAP_FAILED && f->slot && f->part && !mt__test_fail("fusion-shm", rank);
+    int all = 0;
     MT__MPI(MPI_Allreduce(&mapped, &all, 1, MPI_INT, MPI_MIN, f->data), out);
     if (rank == 0 && name[0])
         shm_unlink(name); /* every rank has it open or has given up */
     if (!all) {
-        if (mapped)
+        if (p != MAP_FAILED)
             munmap(p, f->seg_bytes);
+        free(f->slot);
+        free(f->part);
+        f->slot = NULL;
+        f->part = NULL;
         goto out;
-    }
-    f->slot = calloc((size_t)2 * (size_t)size, sizeof *f->slot);
-    f->part = calloc((size_t)size, sizeof *f->part);
-    if (!f->slot || !f->part) {
-        munmap(p, f->seg_bytes);
-        MT__CHECK(false, MT_ENOMEM, out, "out of memory creating a fusion");
     }
     f->seg = p;
     for (int i = 0; i < 2 * size; i++)
@@ -350,64 +353,88 @@ static void finish(mt_fusion *f, int upto)
     pthread_mutex_unlock(&f->lock);
 }
 
-int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
+/* Local part of the creation: the bucket size (argument or MT_FUSION_BYTES) and the
+ * object in *fp. */
+static int fusion_new(mt__comm *c, size_t bucket_bytes, mt_fusion **out, mt_fusion **fp)
 {
-    int rc = MT_OK;
+    *fp = NULL;
     if (!out)
         return mt__error(MT_EINVAL, "mt_fusion_create: out is NULL");
-    *out = NULL;
     if (bucket_bytes == 0) {
         const char *env = getenv("MT_FUSION_BYTES");
         uint64_t v = (uint64_t)25 << 20;
         if (env && mt__parse_u64("MT_FUSION_BYTES", env, 1, (uint64_t)1 << 34, &v))
-            rc = mt__error(MT_EINVAL, "MT_FUSION_BYTES must be a positive number of bytes "
-                                      "(got '%s'): %s", env, mt_last_error());
+            return mt__error(MT_EINVAL, "rank %d: MT_FUSION_BYTES must be a positive number "
+                                        "of bytes (got '%s'): %s", c->rank, env, mt_last_error());
         bucket_bytes = (size_t)v;
     }
-    mt_fusion *f = rc ? NULL : calloc(1, sizeof *f);
-    if (!rc && !f)
-        rc = mt__error(MT_ENOMEM, "out of memory creating a fusion");
-    /* agreed before the first collective (the duplicate), and again at the end: a rank
-     * that failed alone never leaves the others in a collective or returns alone */
-    mt__call call;
-    mt__call_init(&call, MT__CALL_INTERNAL, 0, 0, 0);
-    if ((rc = mt__agree(c, &call, rc, NULL))) {
-        free(f);
-        return rc;
-    }
+    mt_fusion *f = mt__test_fail("fusion-alloc", c->rank) ? NULL : calloc(1, sizeof *f);
+    if (!f)
+        return mt__error(MT_ENOMEM, "rank %d: out of memory creating a fusion", c->rank);
     f->comm = c;
-    f->data = MPI_COMM_NULL;
+    f->data = f->node = MPI_COMM_NULL;
     f->bucket_elems = bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->cond, NULL);
-    f->node = MPI_COMM_NULL;
+    *fp = f;
+    return MT_OK;
+}
+
+/* Collective over f->data: the node's shared-memory segment when every rank is on one
+ * node (and MT_FUSION_SHM is not 0). */
+static int setup_shared(mt_fusion *f, mt__comm *c)
+{
+    int rc = MT_OK;
+    int use = c->size > 1 && mt__env_knob_bool("MT_FUSION_SHM", true), nsize = 0, all = 0;
+    MT__MPI(MPI_Allreduce(&use, &all, 1, MPI_INT, MPI_MIN, f->data), out); /* one answer */
+    if (!all)
+        return MT_OK;
+    MT__MPI(MPI_Comm_split_type(f->data, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &f->node),
+            out);
+    MT__MPI(MPI_Comm_size(f->node, &nsize), out);
+    int one_node = nsize == c->size; /* the same answer on every rank */
+    MT__MPI(MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, f->data), out);
+    if (all && (rc = map_segment(f, c->size, c->rank)))
+        goto out;
+    if (!f->seg)
+        MPI_Comm_free(&f->node);
+out:
+    return rc;
+}
+
+int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
+{
+    int rc = MT_OK;
+    if (out)
+        *out = NULL;
+    /* what can fail on one rank alone is agreed before the first collective, and the
+     * collectives and the thread after them, so every rank has a fusion or none has */
+    mt_fusion *f = NULL;
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 5, 0, 0);
+    if ((rc = mt__agree(c, &call, fusion_new(c, bucket_bytes, out, &f), NULL)))
+        goto fail;
     MT__MPI(MPI_Comm_dup(c->comm, &f->data), agree);
-    if (c->size > 1 && mt__env_knob_bool("MT_FUSION_SHM", true)) {
-        int nsize = 0;
-        MT__MPI(MPI_Comm_split_type(f->data, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &f->node),
-                agree);
-        MPI_Comm_size(f->node, &nsize);
-        int one_node = nsize == c->size, all = 0; /* the same answer on every rank */
-        MT__MPI(MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, f->data), agree);
-        if (all && (rc = map_segment(f, c->size, c->rank)))
-            goto agree;
-        if (!f->seg)
-            MPI_Comm_free(&f->node);
-    }
+    if ((rc = setup_shared(f, c)))
+        goto agree;
     int level = 0;
     MPI_Query_thread(&level);
     if (level >= MPI_THREAD_MULTIPLE) {
-        MT__CHECK(pthread_create(&f->thread, NULL, comm_thread, f) == 0, MT_ENOMEM, agree,
-                  "cannot start the fusion's communication thread");
+        MT__CHECK(!mt__test_fail("fusion-thread", c->rank) &&
+                      pthread_create(&f->thread, NULL, comm_thread, f) == 0,
+                  MT_ENOMEM, agree, "rank %d: cannot start the fusion's communication thread",
+                  c->rank);
         f->threaded = true;
     }
 agree:
-    if ((rc = mt__agree(c, &call, rc, NULL))) {
-        mt_fusion_destroy(&f);
-        return rc;
-    }
+    mt__call_init(&call, MT__CALL_INTERNAL, 6, 0, 0);
+    if ((rc = mt__agree(c, &call, rc, NULL)))
+        goto fail;
     *out = f;
     return MT_OK;
+fail:
+    mt_fusion_destroy(&f);
+    return rc;
 }
 
 void mt__fusion_orphan(mt_fusion *f)
@@ -605,7 +632,9 @@ int mt_fusion_wait(mt_fusion *f)
     int upto = rc ? (int)handed : f->nb; /* on error: only what some rank already started */
     char msg[MT__MSG_LEN];
     snprintf(msg, sizeof msg, "%s", mt_last_error());
+    mt__watch_data(); /* the buckets wait for every rank: a stop here is a stall */
     finish(f, upto);
+    mt__watch_leave();
     if (!rc && f->thread_rc) {
         rc = f->thread_rc;
         snprintf(msg, sizeof msg, "%s", f->thread_msg);

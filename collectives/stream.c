@@ -5,10 +5,13 @@
  * chunk of another rank's data.
  *
  * These run inside a collective whose agreement already made every rank agree on what is
- * sent; each returns MT_EMPI on an MPI failure. A receiver that cannot use the data (a
+ * sent; each returns MT_EMPI on an MPI failure. Each is a wait the stall watchdog sees
+ * (mt__watch_data), so a peer that stops here is reported and ended like one that never
+ * reaches an agreement. A receiver that cannot use the data (a
  * write failed) keeps receiving, so senders never block forever.
  */
 #include "collectives.h"
+#include "watchdog.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -43,6 +46,7 @@ int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size
     }
     if ((rc = buffers_agreed(c, rc)))
         goto out;
+    mt__watch_data();
     MT__MPI(MPI_Gather(&mine, 1, MPI_UINT64_T, sizes, 1, MPI_UINT64_T, 0, c->comm), out);
     if (c->rank == 0) {
         uint64_t total = 0;
@@ -64,6 +68,7 @@ int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size
     MT__MPI(MPI_Gatherv(send, (int)len, MPI_BYTE, buf, counts, displs, MPI_BYTE, 0, c->comm),
             out);
 out:
+    mt__watch_leave();
     free(sizes);
     free(counts);
     free(displs);
@@ -100,7 +105,9 @@ int mt__gather_bytes_max(mt__comm *c, const void *send, size_t len, size_t max_l
     memcpy(mine, &ml, 8);
     if (len)
         memcpy(mine + 8, send, len);
+    mt__watch_data();
     int e = MPI_Gather(mine, (int)block, MPI_BYTE, buf, (int)block, MPI_BYTE, 0, c->comm);
+    mt__watch_leave();
     if (e != MPI_SUCCESS)
         rc = mt__mpi_error(e, "MPI_Gather (report)");
     if (c->rank == 0 && !rc) { /* pack to the front, as mt__gather_bytes does */
@@ -122,11 +129,13 @@ int mt__gather_bytes_max(mt__comm *c, const void *send, size_t len, size_t max_l
 int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root)
 {
     int rc = MT_OK;
+    mt__watch_data();
     for (size_t off = 0; off < len; off += (size_t)1 << 30) {
         size_t n = len - off < ((size_t)1 << 30) ? len - off : (size_t)1 << 30;
         MT__MPI(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, c->comm), out);
     }
 out:
+    mt__watch_leave();
     return rc;
 }
 
@@ -153,6 +162,7 @@ static int wait_politely(MPI_Request *r)
 int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t chunk)
 {
     int rc = MT_OK;
+    mt__watch_data();
     for (size_t off = 0; off < len && !rc; off += chunk) {
         size_t n = len - off < chunk ? len - off : chunk;
         MPI_Request r;
@@ -162,6 +172,7 @@ int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t ch
         rc = wait_politely(&r);
     }
 out:
+    mt__watch_leave();
     return rc;
 }
 
@@ -178,9 +189,11 @@ int mt__stream_await(mt__comm *c)
 {
     int rc = MT_OK, got = 0;
     MPI_Request r;
+    mt__watch_data();
     MT__MPI(MPI_Irecv(&got, 1, MPI_INT, 0, TAG_DONE, c->comm, &r), out);
     rc = wait_politely(&r);
 out:
+    mt__watch_leave();
     return rc;
 }
 
@@ -189,6 +202,7 @@ int mt__stream_recv(mt__comm *c, int from, size_t len, void *buf, size_t chunk,
                     void *arg)
 {
     int rc = MT_OK, mpi_rc = MT_OK;
+    mt__watch_data();
     for (size_t off = 0; off < len; off += chunk) {
         size_t n = len - off < chunk ? len - off : chunk;
         int e = MPI_Recv(buf, (int)n, MPI_BYTE, from, TAG_STREAM, c->comm, MPI_STATUS_IGNORE);
@@ -199,5 +213,6 @@ int mt__stream_recv(mt__comm *c, int from, size_t len, void *buf, size_t chunk,
         if (!rc)
             rc = consume(buf, n, off, arg); /* after a failure, drain without consuming */
     }
+    mt__watch_leave();
     return mpi_rc ? mpi_rc : rc;
 }

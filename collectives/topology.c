@@ -13,7 +13,8 @@
 
 #define KEY_LEN 256
 
-static int leader_by_key(mt__comm *c, int *leader)
+/* all: size * KEY_LEN bytes, allocated (and agreed) by the caller */
+static int leader_by_key(mt__comm *c, char *all, int *leader)
 {
     int rc = MT_OK;
     char mine[KEY_LEN] = {0};
@@ -31,8 +32,6 @@ static int leader_by_key(mt__comm *c, int *leader)
         int len = 0;
         MPI_Get_processor_name(mine, &len);
     }
-    char *all = calloc((size_t)c->size, KEY_LEN);
-    MT__CHECK(all, MT_ENOMEM, out, "out of memory gathering node keys");
     MT__MPI(MPI_Allgather(mine, KEY_LEN, MPI_CHAR, all, KEY_LEN, MPI_CHAR, c->comm), out);
     for (int r = 0; r < c->size; r++)
         if (strncmp(all + (size_t)r * KEY_LEN, mine, KEY_LEN) == 0) {
@@ -40,7 +39,6 @@ static int leader_by_key(mt__comm *c, int *leader)
             break;
         }
 out:
-    free(all);
     return rc;
 }
 
@@ -61,19 +59,26 @@ out:
 int mt__topology_get(mt__comm *c, mt__topology *out)
 {
     int rc = MT_OK;
-    int *leaders = NULL;
     MPI_Comm node = MPI_COMM_NULL;
-    int any_key = getenv("MT_NODE_KEY") != NULL;
-    MT__MPI(MPI_Allreduce(MPI_IN_PLACE, &any_key, 1, MPI_INT, MPI_MAX, c->comm), out);
+    /* what can fail on one rank alone comes first, and is agreed with whether any rank
+     * has MT_NODE_KEY, before the first collective of the step */
+    int *leaders = calloc((size_t)c->size, sizeof *leaders);
+    char *keys = calloc((size_t)c->size, KEY_LEN);
+    if (!leaders || !keys || mt__test_fail("topology-alloc", c->rank))
+        rc = mt__error(MT_ENOMEM, "rank %d: out of memory gathering node keys and leaders",
+                       c->rank);
+    int64_t any_key = getenv("MT_NODE_KEY") != NULL;
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 4, 0, 0);
+    if ((rc = mt__agree_max(c, &call, rc, NULL, &any_key, 1)))
+        goto out;
     int leader = c->rank;
-    rc = any_key ? leader_by_key(c, &leader) : leader_by_shared_memory(c, &leader);
+    rc = any_key ? leader_by_key(c, keys, &leader) : leader_by_shared_memory(c, &leader);
     if (rc)
         goto out;
     MT__MPI(MPI_Comm_split(c->comm, leader, c->rank, &node), out);
     MT__MPI(MPI_Comm_rank(node, &out->local_rank), out);
     MT__MPI(MPI_Comm_size(node, &out->local_size), out);
-    leaders = calloc((size_t)c->size, sizeof *leaders);
-    MT__CHECK(leaders, MT_ENOMEM, out, "out of memory gathering node leaders");
     MT__MPI(MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, c->comm), out);
     out->node_rank = 0;
     out->num_nodes = 0;
@@ -88,5 +93,6 @@ out:
     if (node != MPI_COMM_NULL)
         MPI_Comm_free(&node);
     free(leaders);
+    free(keys);
     return rc;
 }

@@ -8,6 +8,7 @@
  * in chunks of at most INT_MAX elements (MPI counts are int).
  */
 #include "collectives.h"
+#include "watchdog.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -73,6 +74,7 @@ int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op)
     if (rc)
         return rc;
     size_t es = mt_dtype_size(t);
+    mt__watch_data();
     for (size_t off = 0; off < count; off += chunk_elems) {
         size_t n = count - off < chunk_elems ? count - off : chunk_elems;
         MT__MPI(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)n, mpi_type(t),
@@ -81,6 +83,7 @@ int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op)
     if (op == MT_MEAN)
         divide(buf, count, t, c->size);
 out:
+    mt__watch_leave();
     return rc;
 }
 
@@ -96,11 +99,13 @@ int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root)
     if (rc)
         return rc;
     size_t es = mt_dtype_size(t);
+    mt__watch_data();
     for (size_t off = 0; off < count; off += chunk_elems) {
         size_t n = count - off < chunk_elems ? count - off : chunk_elems;
         MT__MPI(MPI_Bcast((char *)buf + off * es, (int)n, mpi_type(t), root, c->comm), out);
     }
 out:
+    mt__watch_leave();
     return rc;
 }
 
@@ -135,16 +140,18 @@ int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dt
     rc = mt__agree(c, &call, rc, NULL);
     if (rc || count == 0)
         return rc;
+    mt__watch_data();
     if (count * (size_t)c->size <= chunk_elems) {
         MT__MPI(MPI_Allgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t),
                               c->comm), out);
-        return MT_OK;
+        goto out;
     }
     for (size_t off = 0; off < count && !rc; off += chunk_elems) {
         size_t n = count - off < chunk_elems ? count - off : chunk_elems;
         rc = allgather_chunk(c, send, recv, count, off, n, t);
     }
 out:
+    mt__watch_leave();
     return rc;
 }
 

@@ -1,31 +1,88 @@
 /*
  * watchdog.c -- where this rank is, and the stall watchdog thread.
  *
- * The rank's own thread writes its position (waiting in which agreement, since when, what
- * it last called) with atomics and a seqlock-free copy: the watchdog reads a snapshot
- * under a mutex held only for the copy. Heartbeats go to rank 0 with plain sends on a
- * private duplicate communicator, so they never match application or library traffic.
- * Stop protocol: every rank's thread sends a final "bye"; rank 0's thread keeps receiving
- * until it has one from every other rank, so no message is left unmatched.
+ * The rank's own thread writes its position (waiting in which agreement or in the data
+ * movement after it, since when, what it last called) under a mutex held only for the
+ * copy. The watchdog thread of every rank publishes a snapshot ("beat") a few times a
+ * second: to the ranks of its own host through a small shared-memory slot of its own that
+ * they map (no MPI call at all: MPI traffic from this thread, concurrent with the fusion
+ * thread's collectives, was seen to lose a barrier in spawn mode), and to the ranks of
+ * other hosts with nonblocking sends on a private duplicate communicator, sending to a
+ * peer again only once its previous beat has gone, so a stopped or unreachable peer never
+ * blocks the thread. From the beats it knows, locally, who waits where and who has fallen
+ * silent; nothing it decides needs a message from the rank that is missing, so any
+ * waiting rank can warn and every waiting rank ends the job by itself (see watchdog.h).
+ *
+ * Same-host peers are also watched through /proc: a peer process that has exited (its
+ * pid gone, a zombie, or reused by a process that started at another time) ends the job
+ * a couple of seconds later, unless the launcher has ended it by then. Identities (host, pid namespace, boot id, pid, start time) are exchanged
+ * when the watchdog starts, so only processes this rank can really see are checked.
+ *
+ * Stop protocol: every rank's thread marks its slot "bye" and sends a final "bye" to every
+ * peer on another host, and keeps receiving until it has one from each of those, then
+ * waits for its own sends, so no message is left unmatched when the communicator is freed.
+ * Each slot's name is removed once every rank has mapped its peers' slots (the start's
+ * second agreement), so a crash leaves nothing in /dev/shm.
  */
 #include "watchdog.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
+
+enum { W_NONE = 0, W_AGREE = 1, W_DATA = 2 };
 
 typedef struct {
-    int32_t waiting;     /* 1 while inside an agreement */
+    int32_t waiting;     /* W_NONE, W_AGREE or W_DATA */
     int32_t bye;         /* last message of this rank's watchdog */
-    uint64_t seq;        /* agreement number (waiting) or last one passed */
-    double waited_s;     /* seconds in the current agreement */
-    double since_last_s; /* seconds since it left the last agreement */
+    uint64_t seq;        /* agreement number (waiting in it, or the last one passed) */
+    double waited_s;     /* seconds in the current wait */
+    double since_last_s; /* seconds since the last wait ended */
     char desc[MT__DESC_LEN];
 } beat;
+
+/* Who a rank is, for the reports and for the same-host liveness check. */
+typedef struct {
+    char host[64];
+    char space[160];     /* pid and mount namespaces, boot id: pids and /dev/shm compare
+                            only within one */
+    char slot[48];       /* name of its shared-memory slot */
+    int32_t pid;
+    int32_t pad;
+    uint64_t start;      /* start time in clock ticks after boot (/proc/PID/stat) */
+} ident;
+
+/* A rank's shared-memory slot: its latest beat under a sequence lock (odd while the
+ * owner writes), and a tick count that stops when the rank does. */
+typedef struct {
+    atomic_uint_fast64_t version;
+    atomic_uint_fast64_t ticks;
+    atomic_int bye;
+    beat b;
+} slot;
+
+typedef struct {
+    beat last;           /* latest beat received */
+    double heard;        /* when it arrived (local clock) */
+    bool bye;
+    bool local;          /* same host and namespaces: beats through its slot */
+    bool visible;        /* its /proc entry could be read at the start: liveness checked */
+    const slot *board;   /* its slot, mapped (local peers) */
+    uint64_t ticks;      /* its tick count when last read */
+    double dead_since;   /* when its process was first seen gone (0: alive) */
+    MPI_Request req;     /* this rank's beat on its way to the peer */
+    MPI_Request bye_req;
+    beat out;            /* the buffer of req */
+} peer;
 
 static struct {
     pthread_mutex_t lock;
@@ -41,14 +98,22 @@ void mt__watch_enter(const mt__call *call, uint64_t seq)
     here.call = *call;
     here.seq = seq;
     here.entered = mt__now();
-    here.waiting = 1;
+    here.waiting = W_AGREE;
+    pthread_mutex_unlock(&here.lock);
+}
+
+void mt__watch_data(void)
+{
+    pthread_mutex_lock(&here.lock);
+    here.entered = mt__now();
+    here.waiting = W_DATA;
     pthread_mutex_unlock(&here.lock);
 }
 
 void mt__watch_leave(void)
 {
     pthread_mutex_lock(&here.lock);
-    here.waiting = 0;
+    here.waiting = W_NONE;
     here.left = mt__now();
     pthread_mutex_unlock(&here.lock);
 }
@@ -70,17 +135,7 @@ static void snapshot(beat *b)
         mt__call_describe(&call, b->desc, sizeof b->desc);
 }
 
-struct mt__watchdog {
-    MPI_Comm comm;
-    int rank, size, verbose;
-    double warn_s, timeout_s, tick_s;
-    atomic_int stop;
-    pthread_t thread;
-    beat *beats;         /* rank 0: latest beat of every rank */
-    uint64_t warned_seq; /* rank 0: last stall warned about (+1) */
-};
-
-enum { TAG_BEAT = 1 };
+/* ------------------------------------------------------------ ending the job */
 
 static void sleep_s(double s)
 {
@@ -88,111 +143,525 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-/* Rank 0: print who has not arrived at the stall some rank has waited in too long. */
-static void report_stall(mt__watchdog *w)
+/* Writes text to stderr in pieces the pipe can take at once, waiting at most about a
+ * second in all: a launcher that no longer reads (stopped, unreachable) must not keep
+ * this thread from ending the job. */
+static void say(const char *text)
 {
-    uint64_t seq = 0;
-    double longest = 0;
-    int waiter = -1;
-    for (int r = 0; r < w->size; r++)
-        if (w->beats[r].waiting && w->beats[r].waited_s > w->warn_s &&
-            (waiter < 0 || w->beats[r].seq > seq)) {
-            waiter = r;
-            seq = w->beats[r].seq;
-        }
-    if (waiter < 0 || w->warned_seq == seq + 1)
-        return;
-    w->warned_seq = seq + 1;
-    char line[4096];
-    size_t n = 0;
-    int waiting = 0;
-    for (int r = 0; r < w->size; r++)
-        if (w->beats[r].waiting && w->beats[r].seq == seq) {
-            waiting++;
-            if (w->beats[r].waited_s > longest)
-                longest = w->beats[r].waited_s;
-        }
-    n += (size_t)snprintf(line + n, sizeof line - n,
-                          "mpitrain: stall: %d of %d ranks have waited up to %.1f s in %s "
-                          "(call #%llu); not arrived:",
-                          waiting, w->size, longest, w->beats[waiter].desc,
-                          (unsigned long long)seq);
-    for (int r = 0; r < w->size && n < sizeof line - 256; r++) {
-        const beat *b = &w->beats[r];
-        if (b->waiting && b->seq == seq)
+    size_t len = strlen(text), off = 0;
+    double give_up = mt__now() + 1.0;
+    fflush(stderr);
+    while (off < len && mt__now() < give_up) {
+        struct pollfd p = {.fd = 2, .events = POLLOUT};
+        if (poll(&p, 1, 100) <= 0)
             continue;
-        if (b->waiting)
-            n += (size_t)snprintf(line + n, sizeof line - n,
-                                  " rank %d (waiting %.1f s in %s, call #%llu);", r,
-                                  b->waited_s, b->desc, (unsigned long long)b->seq);
-        else
-            n += (size_t)snprintf(line + n, sizeof line - n,
-                                  " rank %d (last call: %s #%llu, left it %.1f s ago);", r,
-                                  b->desc, (unsigned long long)b->seq, b->since_last_s);
+        size_t n = len - off < 512 ? len - off : 512; /* <= PIPE_BUF: never a partial block */
+        ssize_t k = write(2, text + off, n);
+        if (k < 0 && errno != EINTR && errno != EAGAIN)
+            return;
+        if (k > 0)
+            off += (size_t)k;
     }
-    fprintf(stderr, "%s the job aborts after %.0f s (failure.stall_timeout_s)\n", line,
-            w->timeout_s);
-    fflush(stderr);
 }
 
-static void check_own_timeout(mt__watchdog *w, const beat *b)
+static struct {
+    atomic_int ending;
+    int code;
+    double grace_s;
+} end;
+
+static void *end_after_grace(void *arg)
 {
-    if (!b->waiting || b->waited_s <= w->timeout_s)
+    (void)arg;
+    sleep_s(end.grace_s);
+    char line[160];
+    snprintf(line, sizeof line, "mpitrain: MPI_Abort did not end this process within %.0f s; "
+                                "exiting with status %d\n", end.grace_s, end.code);
+    say(line);
+    _exit(end.code);
+}
+
+_Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double grace_s)
+{
+    if (atomic_exchange(&end.ending, 1)) /* another thread is ending the job already */
+        for (;;)
+            pause();
+    end.code = code;
+    end.grace_s = grace_s;
+    pthread_t t;
+    bool armed = pthread_create(&t, NULL, end_after_grace, NULL) == 0;
+    if (text)
+        say(text);
+    if (!armed)
+        _exit(code);
+    MPI_Abort(comm, code);
+    _exit(code);
+}
+
+/* ------------------------------------------------------------ identities */
+
+/* State and start time of process pid from /proc; -1 when it cannot be read (errno). */
+static int read_stat(int pid, char *state, uint64_t *start)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (!p || sscanf(p + 1, " %c", state) != 1) {
+        errno = EINVAL;
+        return -1;
+    }
+    /* field 22 (starttime) is the 20th after the name: state is the first */
+    p += 2;
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    *start = p ? strtoull(p, NULL, 10) : 0;
+    return 0;
+}
+
+static void read_line(const char *path, char *out, size_t len)
+{
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
         return;
-    if (w->rank == 0)
-        report_stall(w);
-    fprintf(stderr,
-            "mpitrain: rank %d: stalled %.0f s in %s (call #%llu), past "
-            "failure.stall_timeout_s = %g s; aborting the job with status %d\n",
-            w->rank, b->waited_s, b->desc, (unsigned long long)b->seq, w->timeout_s,
-            MT_EXIT_STALLED);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, MT_EXIT_STALLED);
+    if (fgets(out, (int)len, f))
+        out[strcspn(out, "\n")] = '\0';
+    fclose(f);
 }
 
-/* Rank 0: take every beat that has arrived; returns the number of byes seen. */
-static int drain(mt__watchdog *w)
+static void own_ident(ident *me)
 {
-    int byes = 0;
-    for (;;) {
+    memset(me, 0, sizeof *me);
+    char name[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    if (gethostname(me->host, sizeof me->host - 1) != 0) {
+        MPI_Get_processor_name(name, &len);
+        snprintf(me->host, sizeof me->host, "%s", name);
+    }
+    char ns[48] = "", mnt[48] = "", boot[48] = "";
+    ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    ns[n > 0 ? n : 0] = '\0';
+    n = readlink("/proc/self/ns/mnt", mnt, sizeof mnt - 1);
+    mnt[n > 0 ? n : 0] = '\0';
+    read_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
+    /* MT_NODE_KEY (test only, see topology.c) makes ranks of one machine other nodes */
+    const char *key = getenv("MT_NODE_KEY");
+    if (ns[0] && mnt[0] && boot[0])
+        snprintf(me->space, sizeof me->space, "%s %s@%s#%.40s", ns, mnt, boot,
+                 key ? key : "");
+    me->pid = (int32_t)getpid();
+    char state;
+    if (read_stat(me->pid, &state, &me->start) != 0)
+        me->start = 0;
+}
+
+/* The peer's process has exited (a zombie counts), or its pid belongs to another. */
+static bool process_gone(const ident *p)
+{
+    char state;
+    uint64_t start;
+    if (read_stat(p->pid, &state, &start) != 0)
+        return errno == ENOENT || errno == ESRCH;
+    return state == 'Z' || state == 'X' || start != p->start;
+}
+
+/* ------------------------------------------------------------ the watchdog */
+
+struct mt__watchdog {
+    MPI_Comm comm;
+    slot *own;           /* this rank's slot, mapped */
+    char own_name[48];   /* its name until removed */
+    int rank, size, verbose;
+    double warn_s, timeout_s, tick_s, stale_s, grace_s;
+    atomic_int state;    /* 0 wait for the start's agreement, 1 run, 2 quit unstarted */
+    atomic_int stop;
+    pthread_t thread;
+    bool threaded;
+    int remote;          /* peers on other hosts (beats over MPI) */
+    ident *ids;          /* every rank's identity */
+    peer *peers;         /* every rank's latest state (this rank's own too) */
+    uint64_t warned;     /* the last wait warned about, as wait_key + 1 */
+};
+
+enum { TAG_BEAT = 1 };
+
+static uint64_t wait_key(const beat *b)
+{
+    return 2 * b->seq + (b->waiting == W_DATA);
+}
+
+static bool fresh(const mt__watchdog *w, int r, double now)
+{
+    return r == w->rank || now - w->peers[r].heard <= w->stale_s;
+}
+
+static const char *wait_kind(const beat *b)
+{
+    return b->waiting == W_DATA ? "the data movement of " : "";
+}
+
+/* Rank r, still heard from, waits in the same call as b (in its agreement, or already in
+ * the data movement after it: an agreement completes on some ranks before others). */
+static bool with_me(const mt__watchdog *w, int r, const beat *b, double now)
+{
+    const beat *o = &w->peers[r].last;
+    return fresh(w, r, now) && !w->peers[r].bye && o->waiting && o->seq == b->seq;
+}
+
+/* Somebody below this rank waits in the same call and is still heard from: it reports. */
+static bool lower_reports(const mt__watchdog *w, const beat *b, double now)
+{
+    for (int r = 0; r < w->rank; r++)
+        if (with_me(w, r, b, now))
+            return true;
+    return false;
+}
+
+/* What this rank knows of the stall it waits in: who has not arrived, and where they are
+ * (or since when they are silent). */
+static void describe_stall(const mt__watchdog *w, const beat *b, double now, char *line,
+                           size_t cap)
+{
+    size_t n = 0;
+    int here_too = 0, missing = 0;
+    for (int r = 0; r < w->size; r++)
+        here_too += with_me(w, r, b, now);
+#define ADD(...)                                                                  \
+    do {                                                                          \
+        if (n < cap)                                                              \
+            n += (size_t)snprintf(line + n, cap - n, __VA_ARGS__);                \
+    } while (0)
+    ADD("mpitrain: stall: rank %d (host %s) has waited %.1f s in %s%s (call #%llu); %d of %d "
+        "ranks are in that call; not arrived:", w->rank, w->ids[w->rank].host, b->waited_s,
+        wait_kind(b), b->desc, (unsigned long long)b->seq, here_too, w->size);
+    for (int r = 0; r < w->size && n + 300 < cap; r++) {
+        const peer *p = &w->peers[r];
+        const beat *o = &p->last;
+        const ident *id = &w->ids[r];
+        if (with_me(w, r, b, now))
+            continue;
+        missing++;
+        ADD(" rank %d (host %s, pid %d)", r, id->host, (int)id->pid);
+        if (!fresh(w, r, now))
+            ADD(" silent for %.1f s (stopped, hung or unreachable); last heard:",
+                now - p->heard);
+        if (o->waiting)
+            ADD(" waiting %.1f s in %s%s, call #%llu;", o->waited_s, wait_kind(o), o->desc,
+                (unsigned long long)o->seq);
+        else
+            ADD(" last call: %s #%llu, left it %.1f s ago;", o->desc,
+                (unsigned long long)o->seq, o->since_last_s);
+    }
+    if (!missing)
+        ADD(" none that this rank knows of;");
+    if (n + 200 >= cap)
+        ADD(" ...;");
+    ADD(" the job ends after %.0f s (failure.stall_timeout_s)\n", w->timeout_s);
+#undef ADD
+}
+
+static void check_stall(mt__watchdog *w, const beat *b)
+{
+    if (!b->waiting || b->waited_s <= w->warn_s)
+        return;
+    double now = mt__now();
+    char line[8192];
+    bool reporter = !lower_reports(w, b, now);
+    bool timed_out = b->waited_s > w->timeout_s;
+    if (!timed_out && (!reporter || w->warned == wait_key(b) + 1))
+        return;
+    line[0] = '\0';
+    if (reporter) {
+        describe_stall(w, b, now, line, sizeof line);
+        w->warned = wait_key(b) + 1;
+    }
+    if (!timed_out) {
+        say(line);
+        return;
+    }
+    size_t n = strlen(line);
+    snprintf(line + n, sizeof line - n,
+             "mpitrain: rank %d (host %s): stalled %.0f s in %s%s (call #%llu), past "
+             "failure.stall_timeout_s = %g s; aborting the job with status %d\n",
+             w->rank, w->ids[w->rank].host, b->waited_s, wait_kind(b), b->desc,
+             (unsigned long long)b->seq, w->timeout_s, MT_EXIT_STALLED);
+    mt__end_job(w->comm, MT_EXIT_STALLED, line, w->grace_s);
+}
+
+/* A dead peer ends the job LOST_WAIT_S after it was first seen dead: a launcher that is
+ * ending the job (it saw the death, or a rank aborted) kills this rank first, so the job's
+ * status stays the launcher's; only where no launcher acts (spawn mode) does this one. */
+#define LOST_WAIT_S 2.0
+
+static void check_lost(mt__watchdog *w)
+{
+    for (int r = 0; r < w->size; r++) {
+        peer *p = &w->peers[r];
+        if (r == w->rank || !p->visible || p->bye)
+            continue;
+        if (!p->dead_since) {
+            if (process_gone(&w->ids[r]))
+                p->dead_since = mt__now();
+            continue;
+        }
+        if (mt__now() - p->dead_since < LOST_WAIT_S)
+            continue;
+        char line[512];
+        snprintf(line, sizeof line,
+                 "mpitrain: rank %d (host %s): rank %d (host %s, pid %d) has died; the job "
+                 "cannot go on without it: ending it with status %d (rerun it to resume "
+                 "from the latest checkpoint)\n",
+                 w->rank, w->ids[w->rank].host, r, w->ids[r].host, (int)w->ids[r].pid,
+                 MT_EXIT_LOST);
+        mt__end_job(w->comm, MT_EXIT_LOST, line, w->grace_s);
+    }
+}
+
+static void publish(mt__watchdog *w, const beat *b, bool bye)
+{
+    slot *sl = w->own;
+    uint_fast64_t v = atomic_load_explicit(&sl->version, memory_order_relaxed);
+    atomic_store_explicit(&sl->version, v + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    sl->b = *b;
+    atomic_store_explicit(&sl->version, v + 2, memory_order_release);
+    atomic_fetch_add_explicit(&sl->ticks, 1, memory_order_release);
+    if (bye)
+        atomic_store_explicit(&sl->bye, 1, memory_order_release);
+}
+
+/* The beats of the ranks on this host, from their slots: a peer is heard from when its
+ * tick count moved. */
+static void read_slots(mt__watchdog *w)
+{
+    double now = mt__now();
+    for (int r = 0; r < w->size; r++) {
+        peer *p = &w->peers[r];
+        if (!p->board)
+            continue;
+        const slot *sl = p->board;
+        if (atomic_load_explicit(&sl->bye, memory_order_acquire))
+            p->bye = true;
+        uint64_t t = atomic_load_explicit(&sl->ticks, memory_order_acquire);
+        if (t == p->ticks)
+            continue;
+        for (int tries = 0; tries < 100; tries++) {
+            uint_fast64_t v1 = atomic_load_explicit(&sl->version, memory_order_acquire);
+            if (v1 & 1)
+                continue;
+            beat b = sl->b;
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&sl->version, memory_order_relaxed) == v1) {
+                p->last = b;
+                p->ticks = t;
+                p->heard = now;
+                break;
+            }
+        }
+    }
+}
+
+/* Takes every beat that has arrived from other hosts. */
+static void receive(mt__watchdog *w)
+{
+    while (w->remote > 0) {
         int flag = 0;
         MPI_Status st;
         if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_BEAT, w->comm, &flag, &st) != MPI_SUCCESS || !flag)
-            return byes;
+            return;
         beat b;
-        MPI_Recv(&b, sizeof b, MPI_BYTE, st.MPI_SOURCE, TAG_BEAT, w->comm, MPI_STATUS_IGNORE);
+        if (MPI_Recv(&b, sizeof b, MPI_BYTE, st.MPI_SOURCE, TAG_BEAT, w->comm,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return;
+        peer *p = &w->peers[st.MPI_SOURCE];
+        p->heard = mt__now();
         if (b.bye)
-            byes++;
+            p->bye = true;
         else
-            w->beats[st.MPI_SOURCE] = b;
+            p->last = b;
     }
+}
+
+/* True when req is free for another send (an MPI error frees it too: that peer is lost
+ * to this thread, and the checks above decide what follows). */
+static bool sent(MPI_Request *req)
+{
+    int done = 1;
+    if (*req != MPI_REQUEST_NULL && MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        *req = MPI_REQUEST_NULL;
+        done = 1;
+    }
+    return done;
+}
+
+static void send_beats(mt__watchdog *w, const beat *b)
+{
+    for (int r = 0; r < w->size; r++) {
+        peer *p = &w->peers[r];
+        if (r == w->rank || p->local || !sent(&p->req)) /* no MPI call for local peers */
+            continue;
+        p->out = *b;
+        MPI_Isend(&p->out, sizeof p->out, MPI_BYTE, r, TAG_BEAT, w->comm, &p->req);
+    }
+}
+
+/* Stopping: one bye to every peer; true once every peer's bye came and every send went. */
+static bool say_bye(mt__watchdog *w, beat *bye, bool *sent_byes)
+{
+    if (!*sent_byes) {
+        bye->bye = 1;
+        publish(w, bye, true);
+        for (int r = 0; r < w->size; r++)
+            if (r != w->rank && !w->peers[r].local)
+                MPI_Isend(bye, sizeof *bye, MPI_BYTE, r, TAG_BEAT, w->comm,
+                          &w->peers[r].bye_req);
+        *sent_byes = true;
+    }
+    for (int r = 0; r < w->size; r++)
+        if (r != w->rank && !w->peers[r].local &&
+            (!w->peers[r].bye || !sent(&w->peers[r].req) || !sent(&w->peers[r].bye_req)))
+            return false;
+    return true;
 }
 
 static void *watch(void *arg)
 {
     mt__watchdog *w = arg;
-    int byes = 0;
+    while (atomic_load(&w->state) == 0)
+        sleep_s(0.001);
+    if (atomic_load(&w->state) != 1)
+        return NULL;
+    for (int r = 0; r < w->size; r++)
+        w->peers[r].heard = mt__now();
+    beat bye;
+    bool sent_byes = false;
+    double stop_began = 0, last_tick = mt__now();
     for (;;) {
         bool stopping = atomic_load(&w->stop);
+        double now = mt__now();
+        if (now - last_tick > w->stale_s) /* this rank was stopped, not its peers */
+            for (int r = 0; r < w->size; r++)
+                w->peers[r].heard = now;
+        last_tick = now;
         beat b;
         snapshot(&b);
-        check_own_timeout(w, &b);
-        if (w->rank == 0) {
-            w->beats[0] = b;
-            byes += drain(w);
-            if (!stopping)
-                report_stall(w);
-            else if (byes >= w->size - 1)
-                break;
+        w->peers[w->rank].last = b;
+        w->peers[w->rank].heard = mt__now();
+        if (!stopping)
+            publish(w, &b, false);
+        read_slots(w);
+        receive(w);
+        if (!stopping) {
+            check_lost(w);
+            check_stall(w, &b);
+            send_beats(w, &b);
         } else {
-            b.bye = stopping;
-            MPI_Send(&b, sizeof b, MPI_BYTE, 0, TAG_BEAT, w->comm);
-            if (stopping)
+            if (!sent_byes) {
+                stop_began = mt__now();
+                bye = b;
+            }
+            if (say_bye(w, &bye, &sent_byes))
                 break;
+            if (mt__now() - stop_began > w->timeout_s) {
+                char line[256];
+                snprintf(line, sizeof line,
+                         "mpitrain: rank %d (host %s): peers did not stop their stall "
+                         "watchdogs within %g s; aborting the job with status %d\n",
+                         w->rank, w->ids[w->rank].host, w->timeout_s, MT_EXIT_STALLED);
+                mt__end_job(w->comm, MT_EXIT_STALLED, line, w->grace_s);
+            }
         }
         sleep_s(stopping ? 0.001 : w->tick_s);
     }
     return NULL;
+}
+
+/* This rank's slot, named in me->slot. */
+static int create_slot(mt__watchdog *w, ident *me, int rank)
+{
+    static atomic_int counter;
+    snprintf(me->slot, sizeof me->slot, "/mpitrain-watch-%d-%d", (int)me->pid,
+             atomic_fetch_add(&counter, 1));
+    int fd = mt__test_fail("watchdog-slot", rank)
+                 ? -1 : shm_open(me->slot, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        return mt__error(MT_EIO, "rank %d: cannot create the stall watchdog's shared memory "
+                         "%s: %s", rank, me->slot, strerror(errno ? errno : EIO));
+    snprintf(w->own_name, sizeof w->own_name, "%s", me->slot);
+    void *p = ftruncate(fd, sizeof(slot)) == 0
+                  ? mmap(NULL, sizeof(slot), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED)
+        return mt__error(MT_EIO, "rank %d: cannot map the stall watchdog's shared memory %s: "
+                         "%s", rank, me->slot, strerror(e));
+    w->own = p;
+    return MT_OK;
+}
+
+/* The slots of the ranks on this host (same host name and namespaces). */
+static int map_peers(mt__watchdog *w, const ident *me)
+{
+    for (int r = 0; r < w->size; r++) {
+        peer *p = &w->peers[r];
+        const ident *id = &w->ids[r];
+        p->local = r != w->rank && me->space[0] && id->start && !strcmp(id->host, me->host) &&
+                   !strcmp(id->space, me->space);
+        if (!p->local) {
+            w->remote += r != w->rank;
+            continue;
+        }
+        int fd = shm_open(id->slot, O_RDONLY, 0);
+        void *m = fd >= 0 ? mmap(NULL, sizeof(slot), PROT_READ, MAP_SHARED, fd, 0)
+                          : MAP_FAILED;
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        if (m == MAP_FAILED)
+            return mt__error(MT_EIO, "rank %d: cannot map rank %d's stall watchdog slot %s: "
+                             "%s", w->rank, r, id->slot, strerror(e));
+        p->board = m;
+        p->visible = !process_gone(id); /* e.g. /proc mounted with hidepid: not checked */
+    }
+    return MT_OK;
+}
+
+static void unlink_slot(mt__watchdog *w)
+{
+    if (w->own_name[0])
+        shm_unlink(w->own_name);
+    w->own_name[0] = '\0';
+}
+
+static void destroy(mt__watchdog *w)
+{
+    if (!w)
+        return;
+    if (w->threaded) {
+        atomic_store(&w->state, 2);
+        pthread_join(w->thread, NULL);
+    }
+    if (w->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&w->comm);
+    unlink_slot(w);
+    if (w->own)
+        munmap(w->own, sizeof(slot));
+    for (int r = 0; w->peers && r < w->size; r++)
+        if (w->peers[r].board)
+            munmap((void *)w->peers[r].board, sizeof(slot));
+    free(w->ids);
+    free(w->peers);
+    free(w);
 }
 
 int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double timeout_s,
@@ -208,31 +677,56 @@ int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double ti
                             "MPI_Init_thread with MPI_THREAD_MULTIPLE)\n");
         return MT_OK;
     }
-    mt__watchdog *w = calloc(1, sizeof *w);
-    MT__CHECK(w, MT_ENOMEM, fail, "out of memory starting the stall watchdog");
-    w->comm = MPI_COMM_NULL;
-    MT__MPI(MPI_Comm_dup(c->comm, &w->comm), fail);
+    /* local set-up, then one agreement before the first collective of the start */
+    mt__watchdog *w = mt__test_fail("watchdog-alloc", c->rank) ? NULL : calloc(1, sizeof *w);
+    if (w) {
+        w->comm = MPI_COMM_NULL;
+        w->ids = calloc((size_t)c->size, sizeof *w->ids);
+        w->peers = calloc((size_t)c->size, sizeof *w->peers);
+    }
+    ident mine;
+    own_ident(&mine);
+    if (!w || !w->ids || !w->peers)
+        rc = mt__error(MT_ENOMEM, "rank %d: out of memory starting the stall watchdog",
+                       c->rank);
+    else
+        rc = create_slot(w, &mine, c->rank);
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 2, 0, 0);
+    if ((rc = mt__agree(c, &call, rc, NULL)))
+        goto fail;
+    /* every rank enters both collectives whatever happened before, then agrees */
+    int e = MPI_Comm_dup(c->comm, &w->comm);
+    if (e != MPI_SUCCESS)
+        rc = mt__mpi_error(e, "MPI_Comm_dup (stall watchdog)");
+    e = MPI_Allgather(&mine, sizeof mine, MPI_BYTE, w->ids, sizeof mine, MPI_BYTE, c->comm);
+    if (e != MPI_SUCCESS && !rc)
+        rc = mt__mpi_error(e, "MPI_Allgather (stall watchdog identities)");
     w->rank = c->rank;
     w->size = c->size;
     w->verbose = verbose;
     w->warn_s = warn_s;
     w->timeout_s = timeout_s;
     w->tick_s = fmin(0.5, fmax(0.02, warn_s / 4));
-    if (w->rank == 0) {
-        w->beats = calloc((size_t)w->size, sizeof *w->beats);
-        MT__CHECK(w->beats, MT_ENOMEM, fail, "out of memory starting the stall watchdog");
-    }
-    MT__CHECK(pthread_create(&w->thread, NULL, watch, w) == 0, MT_ENOMEM, fail,
-              "cannot start the stall watchdog thread");
+    w->stale_s = fmax(1.0, 3 * w->tick_s);
+    w->grace_s = fmin(10, fmax(1, timeout_s / 10));
+    for (int r = 0; r < c->size; r++)
+        w->peers[r].req = w->peers[r].bye_req = MPI_REQUEST_NULL;
+    if (!rc)
+        rc = map_peers(w, &mine);
+    if (!rc && (mt__test_fail("watchdog-thread", c->rank) ||
+                pthread_create(&w->thread, NULL, watch, w) != 0))
+        rc = mt__error(MT_ENOMEM, "rank %d: cannot start the stall watchdog thread", c->rank);
+    w->threaded = !rc;
+    mt__call_init(&call, MT__CALL_INTERNAL, 3, 0, 0);
+    if ((rc = mt__agree(c, &call, rc, NULL)))
+        goto fail;
+    unlink_slot(w); /* every rank has mapped what it needs */
+    atomic_store(&w->state, 1);
     *out = w;
     return MT_OK;
 fail:
-    if (w) {
-        if (w->comm != MPI_COMM_NULL)
-            MPI_Comm_free(&w->comm);
-        free(w->beats);
-        free(w);
-    }
+    destroy(w);
     return rc;
 }
 
@@ -243,8 +737,7 @@ void mt__watchdog_stop(mt__watchdog **wp)
     mt__watchdog *w = *wp;
     atomic_store(&w->stop, 1);
     pthread_join(w->thread, NULL);
-    MPI_Comm_free(&w->comm);
-    free(w->beats);
-    free(w);
+    w->threaded = false;
+    destroy(w);
     *wp = NULL;
 }

@@ -91,10 +91,12 @@ MT_EXTERN const char *mt_err_name(int code);
 /* Local. This thread's last detailed message; "" when none. */
 MT_EXTERN const char *mt_last_error(void);
 
-/* Exit statuses of mpitrain programs (and of the job, for MT_EXIT_STALLED). */
+/* Exit statuses of mpitrain programs (and of the job, for MT_EXIT_STALLED and
+ * MT_EXIT_LOST). */
 #define MT_EXIT_FAILED 1     /* training failed (retries exhausted) or bad input */
 #define MT_EXIT_PREEMPTED 75 /* stopped for preemption after a checkpoint: requeue me */
 #define MT_EXIT_STALLED 76   /* a rank waited in a collective past stall_timeout_s */
+#define MT_EXIT_LOST 77      /* a rank of the job died (seen by a rank on its host): rerun */
 
 /* ---------------------------------------------------------------- configs */
 

@@ -996,10 +996,12 @@ static int convert_piece(const void *piece, size_t n, size_t offset, void *arg)
     return MT_OK;
 }
 
-/* Rank 0 reads rows [start, start+count) piece by piece; each piece goes to `sink`. */
+/* Rank 0 reads rows [start, start+count) piece by piece; each piece goes to `sink`. For
+ * whom (a rank) names the reader in the test hook "restore-read" (a read error after the
+ * first piece). */
 static int read_rows(hid_t ds, const mt__ckpt_array *a, uint64_t start, uint64_t count,
                      char *buf, uLong *crc, int (*sink)(const void *, size_t, size_t, void *),
-                     void *arg)
+                     void *arg, int for_whom)
 {
     size_t rb = mt_dtype_size(a->dtype);
     for (int d = 1; d < a->ndim; d++)
@@ -1008,6 +1010,10 @@ static int read_rows(hid_t ds, const mt__ckpt_array *a, uint64_t start, uint64_t
     int rc = MT_OK;
     for (uint64_t r = 0; !rc && r < count; r += per) {
         uint64_t n = count - r < per ? count - r : per;
+        if (r > 0 && mt__test_fail("restore-read", for_whom))
+            return mt__error(MT_EIO, "%s: reading rows %llu.. of array %s failed (injected by "
+                             "MT_TEST_FAIL_AT)", a->name, (unsigned long long)(start + r),
+                             a->name);
         rc = mt__ckpt_rows(ds, a->dtype, start + r, n, buf, false);
         if (!rc) {
             *crc = crc32(*crc, (const Bytef *)buf, (uInt)(n * rb));
@@ -1021,12 +1027,29 @@ typedef struct {
     mt__comm *comm;
     int to;
     size_t chunk;
+    size_t sent;   /* bytes of the promised total sent so far */
 } sender;
 
 static int send_piece(const void *piece, size_t n, size_t offset, void *arg)
 {
     sender *s = arg;
-    return mt__stream_send(s->comm, s->to, piece, n, s->chunk);
+    int rc = mt__stream_send(s->comm, s->to, piece, n, s->chunk);
+    if (!rc)
+        s->sent += n;
+    return rc;
+}
+
+/* After a failure: the rest of the promised bytes, zeros in the same chunks, so the
+ * receiver's stream ends where it expects and it reaches the closing agreement. */
+static void send_rest(sender *s, char *buf, size_t total)
+{
+    memset(buf, 0, s->chunk);
+    while (s->sent < total) {
+        size_t n = total - s->sent < s->chunk ? total - s->sent : s->chunk;
+        if (mt__stream_send(s->comm, s->to, buf, n, s->chunk) != MT_OK)
+            return; /* MPI itself failed: the watchdog ends a peer left waiting */
+        s->sent += n;
+    }
 }
 
 typedef struct {
@@ -1060,7 +1083,7 @@ static int get_local(const mt_checkpoint *ck, const mt__ckpt_array *a, mt_dtype 
     uLong crc = crc32(0, NULL, 0);
     converter cv = {out, t, a->dtype};
     if (!rc) {
-        rc = read_rows(ds, a, 0, a->dims[0], buf, &crc, convert_piece, &cv);
+        rc = read_rows(ds, a, 0, a->dims[0], buf, &crc, convert_piece, &cv, 0);
         mt__ckpt_close_array(ds);
     }
     if (!rc && (uint32_t)crc != a->crc)
@@ -1104,9 +1127,10 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
     /* every rank's buffer is agreed on before pieces move: a rank without one cannot
      * take part in the broadcasts or the stream */
     size_t es = a ? mt_dtype_size(a->dtype) : 1, chunk = row_chunk(re * es);
-    char *buf = rc ? NULL : malloc(chunk);
-    if (!rc && !buf)
-        rc = mt__error(MT_ENOMEM, "out of memory restoring %s", name);
+    char *buf = NULL;
+    if (!rc && !(buf = mt__test_fail("restore-alloc", c->world_rank) ? NULL : malloc(chunk)))
+        rc = mt__error(MT_ENOMEM, "rank %d: out of memory (%zu bytes) restoring %s from %s",
+                       c->world_rank, chunk, name, ck->path);
     mt__call call;
     uint64_t h = 0;
     for (const char *p = name ? name : ""; *p; p++)
@@ -1132,24 +1156,22 @@ int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t, voi
             bcaster b = {c->comm, cv};
             uint64_t zero = 0;
             if (!status)
-                status = read_rows(ds, a, 0, a->dims[0], buf, &crc, bcast_piece, &b);
+                status = read_rows(ds, a, 0, a->dims[0], buf, &crc, bcast_piece, &b, 0);
             mt__bcast_bytes(c->comm, &zero, sizeof zero, 0); /* end of the pieces */
         } else {
             for (int r = 0; r < c->world_size; r++) {
                 uint64_t s0, n0;
                 my_rows(ck, a, r, c->world_size, &s0, &n0);
-                sender snd = {c->comm, r, chunk};
+                sender snd = {c->comm, r, chunk, 0};
                 if (r == 0)
-                    status = status ? status : read_rows(ds, a, s0, n0, buf, &crc, convert_piece, &cv);
-                else if (!status)
-                    status = read_rows(ds, a, s0, n0, buf, &crc, send_piece, &snd);
-                else { /* keep the promise of n0 rows so rank r does not wait forever */
-                    memset(buf, 0, chunk);
-                    for (uint64_t left = n0 * re * es; left > 0;) {
-                        size_t n = left < chunk ? left : chunk;
-                        mt__stream_send(c->comm, r, buf, n, chunk);
-                        left -= n;
-                    }
+                    status = status ? status
+                                    : read_rows(ds, a, s0, n0, buf, &crc, convert_piece, &cv, 0);
+                else {
+                    if (!status)
+                        status = read_rows(ds, a, s0, n0, buf, &crc, send_piece, &snd, r);
+                    /* keep the promise of n0 rows, also after a failure part-way, so
+                     * rank r does not wait forever */
+                    send_rest(&snd, buf, (size_t)(n0 * re * es));
                 }
             }
         }

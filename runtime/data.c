@@ -445,8 +445,11 @@ static int open_shard(mt_context *c, const mt__dataset_spec *spec, mt_shard **ou
         s->g = mt__h5group_new(spec->file, spec->group);
     }
     int rc = mt__h5_precheck(spec->file);
-    if (!rc && (!s || !s->name || !s->g || !grown))
-        rc = mt__error(MT_ENOMEM, "out of memory opening %s", spec->name);
+    if (!rc && (!s || !s->name || !s->g || !grown || mt__test_fail("shard-alloc", c->world_rank)))
+        rc = mt__error(MT_ENOMEM, "rank %d: out of memory opening %s", c->world_rank,
+                       spec->name);
+    /* the open below is collective (parallel HDF5): nobody enters it while one rank lacks
+     * its shard */
     mt__call call;
     mt__call_init(&call, MT__CALL_DATA_OPEN, 0, 0, 0);
     rc = mt__agree(c->comm, &call, rc, NULL);
@@ -528,6 +531,15 @@ int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out)
         mt__call_init(&call, MT__CALL_DATA_OPEN, 0, 0, 0);
         return mt__agree(c->comm, &call, rc, NULL);
     }
+    /* room for the shard first: after the open's agreements no rank may fail alone */
+    mt_shard **grown = realloc(c->shards, (size_t)(c->nshards + 1) * sizeof *grown);
+    if (!grown) {
+        mt__call call;
+        mt__call_init(&call, MT__CALL_DATA_OPEN, 0, 0, 0);
+        return mt__agree(c->comm, &call, mt__error(MT_ENOMEM, "rank %d: out of memory keeping "
+                                                   "a shard", c->world_rank), NULL);
+    }
+    c->shards = grown;
     mt_shard *s = NULL;
     rc = open_shard(c, spec, &s); /* it made room in c->shards */
     if (rc)

@@ -355,7 +355,8 @@ static int share_json(mt_context *ctx, json_t **j)
         free(text);
         return rc;
     }
-    if (ctx->world_rank != 0 && !(text = calloc((size_t)len + 1, 1)))
+    if (ctx->world_rank != 0 && (mt__test_fail("share-json-alloc", ctx->world_rank) ||
+                                 !(text = calloc((size_t)len + 1, 1))))
         rc = mt__error(MT_ENOMEM, "out of memory receiving the run state");
     rc = agreed(ctx, rc);
     if (!rc)

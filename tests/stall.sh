@@ -1,29 +1,116 @@
 #!/bin/sh
-# Stalls: a rank that sleeps past --stall-warn is named by rank 0 and the job goes on; one
-# that sleeps past --stall-timeout aborts the job with the stall status (76).
+# Stalls: a rank that sleeps past --stall-warn is named and the job goes on; one that sleeps
+# past --stall-timeout ends the job with the stall status (76). A rank stopped with SIGSTOP
+# (rank 0 or rank 1, at 2 and 3 ranks, three runs each) is named with its host by a rank
+# that waits for it, first at the warning and again when the job ends with 76, whichever
+# rank is stuck. With the launcher stopped too (MPI_Abort cannot reach anyone: what an
+# unreachable node looks like), every waiting rank still ends itself, also when the
+# stopped rank is on another (emulated) node.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 probe="${top_builddir:-.}/tests/stall_probe"
 run="${top_srcdir:-.}/tests/mpirun.sh"
-out=$(mktemp); err=$(mktemp)
-trap 'rm -f "$out" "$err"' EXIT
-export MT_STORAGE_PATH="${TMPDIR:-/tmp}/mpitrain-stall-test"
+scratch stall
+export MT_STORAGE_PATH="$store/runs"
+limit=$((60 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 
 for np in 2 4; do
     last=$((np - 1))
     "$run" "$np" "$probe" "$last" 1.5 --stall-warn 0.3 --stall-timeout 30 >"$out" 2>"$err"
     rc=$?
     if [ $rc -eq 0 ] && grep -q "stall_probe: done" "$out" \
-        && grep -q "mpitrain: stall: $last of $np ranks have waited" "$err" \
-        && grep -q "in allreduce(count=1, f64, sum) (call #[0-9]*); not arrived: rank $last (last call: allreduce(count=1, f64, sum) #[0-9]*, left it" "$err"; then
+        && grep -q "mpitrain: stall: rank 0 (host [^)]*) has waited [0-9.]* s in allreduce(count=1, f64, sum) (call #[0-9]*); $last of $np ranks are in that call; not arrived: rank $last (host [^,]*, pid [0-9]*) last call: allreduce(count=1, f64, sum) #[0-9]*, left it" "$err"; then
         ok "warning names rank $last at $np ranks, job completes"
     else bad "warning at $np ranks (exit $rc)"; fi
 
     "$run" "$np" "$probe" 0 60 --stall-warn 0.3 --stall-timeout 2 >"$out" 2>"$err"
     rc=$?
-    if [ $rc -eq 76 ] && grep -q "not arrived: rank 0" "$err" \
+    if [ $rc -eq 76 ] && grep -q "not arrived: rank 0 (host " "$err" \
         && grep -q "past failure.stall_timeout_s = 2 s; aborting the job with status 76" "$err"; then
         ok "timeout aborts with status 76 at $np ranks"
     else bad "timeout at $np ranks (exit $rc, want 76)"; fi
+done
+
+# pid of rank $1 as stall_probe printed it in $out
+rank_pid() { sed -n "s/^stall_probe: rank $1 pid \([0-9]*\)$/\1/p" "$out"; }
+# wait until stall_probe printed the pids of $1 ranks
+await_pids() {
+    for _ in $(seq 1 300); do
+        [ "$(grep -c '^stall_probe: rank' "$out")" -ge "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+# a stall warning (before the timeout) from a rank other than $1 that names rank $1
+warned_by_other() {
+    grep "^mpitrain: stall: rank [0-9]* (host [^)]*) has waited [0-9.]* s in .*not arrived: rank $1 (host [^,]*, pid $2) silent for" "$err" \
+        | grep -v "^mpitrain: stall: rank $1 " | grep -q "has waited [0-3]\.[0-9] s"
+}
+
+for np in 2 3; do
+    for victim in 0 1; do
+        for try in 1 2 3; do
+            : >"$out" # emptied before the job starts: no pid of the last run is read
+            timeout -k 5 $limit mpirun --oversubscribe -np "$np" "$probe" -1 40 \
+                --stall-warn 1 --stall-timeout 4 >"$out" 2>"$err" &
+            job=$!
+            await_pids "$np"
+            pid=$(rank_pid $victim)
+            sleep 0.3
+            [ -n "$pid" ] && kill -STOP "$pid"
+            wait $job
+            rc=$?
+            if [ -n "$pid" ] && [ $rc -eq 76 ] && warned_by_other $victim "$pid" \
+                && grep -q "stalled [0-9]* s in .*past failure.stall_timeout_s = 4 s; aborting the job with status 76" "$err"; then
+                ok "$np ranks, rank $victim stopped (run $try): named with its host by another rank, warned, ended with 76"
+            else bad "$np ranks, rank $victim stopped (run $try): exit $rc, want 76 and a warning naming rank $victim"; fi
+            [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+        done
+    done
+done
+
+# the launcher stopped as well: MPI_Abort does not return, each waiting rank ends itself.
+# "nodes": rank 0 alone on one emulated node (MT_NODE_KEY), ranks 1 and 2 on another, so
+# their beats cross over MPI, as between hosts whose link went down.
+probe_args="-1 40 --stall-warn 1 --stall-timeout 3"
+for layout in host nodes; do
+    for victim in 0 1; do
+        np=3
+        : >"$out"
+        if [ $layout = host ]; then
+            # shellcheck disable=SC2086
+            timeout -k 5 $limit mpirun --oversubscribe -np $np "$probe" $probe_args \
+                >"$out" 2>"$err" &
+        else
+            # shellcheck disable=SC2086
+            timeout -k 5 $limit mpirun --oversubscribe -np 1 -x MT_NODE_KEY=a "$probe" $probe_args \
+                : -np 2 -x MT_NODE_KEY=b "$probe" $probe_args >"$out" 2>"$err" &
+        fi
+        job=$!
+        await_pids $np
+        pid=$(rank_pid $victim)
+        launcher=$(pgrep -x mpirun -P $job || pgrep -P $job)
+        others=""
+        for r in $(seq 0 $((np - 1))); do [ $r -ne $victim ] && others="$others $(rank_pid $r)"; done
+        sleep 0.3
+        kill -STOP "$pid" $launcher
+        left=$others
+        for _ in $(seq 1 $((limit * 10))); do
+            left=""
+            for p in $others; do alive "$p" && left="$left $p"; done
+            [ -z "$left" ] && break
+            sleep 0.1
+        done
+        kill -CONT $launcher
+        wait $job
+        rc=$?
+        if [ -n "$pid" ] && [ -z "$left" ] \
+            && grep -q "MPI_Abort did not end this process within [0-9]* s; exiting with status 76" "$err" \
+            && grep -q "not arrived: rank $victim (host [^,]*, pid $pid) silent for" "$err"; then
+            ok "rank $victim and the launcher stopped ($layout): every other rank named it and ended itself with 76 (job exit $rc)"
+        else bad "rank $victim and the launcher stopped ($layout): ranks still running:$left (job exit $rc)"; fi
+        kill -9 "$pid" 2>/dev/null
+    done
 done
 finish

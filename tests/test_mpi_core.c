@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include "../runtime/runtime.h"
+#include "../collectives/watchdog.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -454,6 +455,220 @@ static void test_bad_arguments_on_one_rank(void)
     mt__comm_destroy(&c);
 }
 
+/* ------------------------------------------------ one rank fails in a set-up step */
+
+/* MT_TEST_FAIL_AT=site:victim on every rank for the length of a test */
+static void fail_at(const char *site)
+{
+    char spec[128];
+    snprintf(spec, sizeof spec, "%s:%d", site, victim());
+    setenv("MT_TEST_FAIL_AT", spec, 1);
+}
+
+static void fail_none(void)
+{
+    unsetenv("MT_TEST_FAIL_AT");
+}
+
+/* rc is the victim's own code there and MT_EPEER naming the victim elsewhere */
+static void assert_victim_failed(int rc, int code)
+{
+    if (mt_test_rank() == victim())
+        MT_ASSERT_INT_EQ(rc, code);
+    else {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d failed: ", victim());
+        MT_ASSERT_INT_EQ(rc, MT_EPEER);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), want);
+    }
+}
+
+static void test_comm_create_alloc_fails_on_one_rank(void)
+{
+    fail_at("comm-alloc");
+    mt__comm *c = (mt__comm *)1;
+    int rc = mt__comm_create(&c, MPI_COMM_WORLD);
+    fail_none();
+    assert_victim_failed(rc, MT_ENOMEM);
+    CU_ASSERT_PTR_NULL(c);
+    /* and nothing is left half made: the next one works */
+    MT_ASSERT_INT_EQ(mt__comm_create(&c, MPI_COMM_WORLD), MT_OK);
+    mt__comm_destroy(&c);
+}
+
+static void test_topology_alloc_fails_on_one_rank(void)
+{
+    mt__comm *c = test_comm();
+    mt__topology topo;
+    fail_at("topology-alloc");
+    int rc = mt__topology_get(c, &topo);
+    fail_none();
+    assert_victim_failed(rc, MT_ENOMEM);
+    MT_ASSERT_INT_EQ(mt__topology_get(c, &topo), MT_OK);
+    MT_ASSERT_INT_EQ(topo.local_size, mt_test_size());
+    mt__comm_destroy(&c);
+}
+
+static void test_watchdog_start_fails_on_one_rank(void)
+{
+    const char *sites[] = {"watchdog-alloc", "watchdog-slot", "watchdog-thread"};
+    int codes[] = {MT_ENOMEM, MT_EIO, MT_ENOMEM};
+    mt__comm *c = test_comm();
+    for (int i = 0; i < 3; i++) {
+        mt__watchdog *w = NULL;
+        fail_at(sites[i]);
+        int rc = mt__watchdog_start(&w, c, 1, 10, 0);
+        fail_none();
+        assert_victim_failed(rc, codes[i]);
+        CU_ASSERT_PTR_NULL(w);
+    }
+    /* a watchdog that starts on every rank stops on every rank */
+    mt__watchdog *w = NULL;
+    MT_ASSERT_INT_EQ(mt__watchdog_start(&w, c, 1, 10, 0), MT_OK);
+    MT_ASSERT_INT_EQ(mt__barrier(c), MT_OK);
+    mt__watchdog_stop(&w);
+    CU_ASSERT_PTR_NULL(w);
+    mt__comm_destroy(&c);
+}
+
+static void test_fusion_create_fails_on_one_rank(void)
+{
+    const char *sites[] = {"fusion-alloc", "fusion-thread"};
+    mt__comm *c = test_comm();
+    for (int i = 0; i < 2; i++) {
+        mt_fusion *f = NULL;
+        fail_at(sites[i]);
+        int rc = mt__fusion_create(c, 1024, &f);
+        fail_none();
+        assert_victim_failed(rc, MT_ENOMEM);
+        CU_ASSERT_PTR_NULL(f);
+    }
+    /* MT_FUSION_BYTES is read on each rank: a bad value on one rank fails every rank */
+    mt_fusion *f = NULL;
+    if (c->rank == victim())
+        setenv("MT_FUSION_BYTES", "lots", 1);
+    int rc = mt__fusion_create(c, 0, &f);
+    unsetenv("MT_FUSION_BYTES");
+    assert_victim_failed(rc, MT_EINVAL);
+    CU_ASSERT_PTR_NULL(f);
+    /* one rank that cannot map the shared segment: every rank falls back to MPI */
+    fail_at("fusion-shm");
+    rc = mt__fusion_create(c, 1024, &f);
+    fail_none();
+    MT_ASSERT_INT_EQ(rc, MT_OK);
+    CU_ASSERT_FALSE(mt__fusion_shared(f));
+    float x[4] = {1, 2, 3, (float)c->rank};
+    MT_ASSERT_INT_EQ(mt_fusion_add(f, x, 4), 0);
+    MT_ASSERT_INT_EQ(mt_fusion_wait(f), MT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(x[3], (c->size - 1) / 2.0, 1e-6);
+    mt_fusion_destroy(&f);
+    MT_ASSERT_INT_EQ(mt__fusion_create(c, 1024, &f), MT_OK);
+    mt_fusion_destroy(&f);
+    mt__comm_destroy(&c);
+}
+
+static void test_agree_exit_mpi_error_returns(void)
+{
+    mt__comm *c = test_comm();
+    fail_at("agree-exit-mpi");
+    mt__winner who;
+    int rc = mt__agree_exit(c, MT__CALL_FIT_END, MT_OK, &who);
+    fail_none();
+    if (c->rank == victim()) { /* before: this rank repeated the agreement forever */
+        MT_ASSERT_INT_EQ(rc, MT_EMPI);
+        MT_ASSERT_INT_EQ(who.rank, victim());
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "injected");
+    } else
+        MT_ASSERT_INT_EQ(rc, MT_OK);
+    mt__comm_destroy(&c);
+}
+
+/* Restore where one step fails on one rank: attempt 0 commits a sharded array of many
+ * rows (in chunks of one row), then fails; attempt 1 restores it with the fault set. */
+typedef struct {
+    const char *site;
+    int get_rc;
+    char msg[MT__MSG_LEN];
+} restore_arg;
+
+static int restore_fn(mt_context *c, void *varg)
+{
+    restore_arg *a = varg;
+    int64_t rows[64];
+    for (int i = 0; i < 64; i++)
+        rows[i] = c->world_rank * 1000 + i;
+    if (mt_attempt(c) == 0) {
+        mt_checkpoint *ck = mt_checkpoint_new();
+        mt_checkpoint_put(ck, "rows", MT_I64, 1, (size_t[]){64}, rows, MT_SHARDED);
+        mt_checkpoint_put(ck, "whole", MT_I64, 1, (size_t[]){64}, rows, MT_REPLICATED);
+        mt_metrics *m = mt_metrics_new();
+        int rc = mt_report(c, m, ck);
+        mt_metrics_free(&m);
+        mt_checkpoint_free(&ck);
+        return rc ? rc : mt__error(MT_EIO, "failing on purpose after the checkpoint");
+    }
+    const mt_checkpoint *ck = mt_get_checkpoint(c);
+    if (!ck)
+        return mt__error(MT_ENOTFOUND, "no checkpoint to restore");
+    fail_at(a->site);
+    a->get_rc = mt_checkpoint_get(ck, "rows", MT_I64, rows, 64);
+    snprintf(a->msg, sizeof a->msg, "%s", mt_last_error());
+    fail_none();
+    /* the streams are whole again: the next restore works on every rank */
+    int rc = mt_checkpoint_get(ck, "whole", MT_I64, rows, 64);
+    MT_ASSERT_INT_EQ(rc, MT_OK);
+    MT_ASSERT_INT_EQ(rows[63], 63);
+    rc = mt_checkpoint_get(ck, "rows", MT_I64, rows, 64);
+    MT_ASSERT_INT_EQ(rc, MT_OK);
+    MT_ASSERT_INT_EQ(rows[5], c->world_rank * 1000 + 5);
+    return MT_OK;
+}
+
+static void test_restore_fails_on_one_rank(void)
+{
+    const char *sites[] = {"restore-read", "restore-alloc"};
+    int codes[] = {MT_EIO, MT_ENOMEM};
+    setenv("MT_CHECKPOINT_BUFFER", "8", 1); /* one row a chunk: reads part-way are real */
+    for (int i = 0; i < 2; i++) {
+        restore_arg a = {sites[i], -1, ""};
+        mt_trainer_config cfg = base_config();
+        cfg.run.name = "restore-fault";
+        cfg.run.failure.max_failures = 1;
+        MT_ASSERT_INT_EQ(fit_with(restore_fn, &a, cfg, NULL, 0), MT_OK);
+        /* a read error: rank 0 reads for everyone, so its error is everyone's */
+        int failer = i == 0 ? 0 : victim();
+        char want[64];
+        snprintf(want, sizeof want, "rank %d failed: ", failer);
+        MT_ASSERT_INT_EQ(a.get_rc, mt_test_rank() == failer ? codes[i] : MT_EPEER);
+        if (mt_test_rank() != failer)
+            MT_ASSERT_STR_CONTAINS(a.msg, want);
+        MT_ASSERT_STR_CONTAINS(a.msg, i == 0 ? "injected" : "out of memory");
+    }
+    unsetenv("MT_CHECKPOINT_BUFFER");
+}
+
+static int quick_fn(mt_context *c, void *arg)
+{
+    (void)c;
+    (void)arg;
+    return MT_OK;
+}
+
+/* fit shares rank 0's run information: a rank that cannot hold it fails every rank's fit */
+static void test_fit_share_alloc_fails_on_one_rank(void)
+{
+    if (mt_test_size() == 1)
+        return; /* rank 0 sends, it allocates nothing */
+    mt_trainer_config cfg = base_config();
+    cfg.run.name = "share-fault";
+    char err[MT__MSG_LEN];
+    fail_at("share-json-alloc");
+    int rc = fit_with(quick_fn, NULL, cfg, err, sizeof err);
+    fail_none();
+    MT_ASSERT_INT_EQ(rc, mt_test_rank() == victim() ? MT_EINVAL : MT_EPEER);
+    MT_ASSERT_STR_CONTAINS(err, "NULL buffer");
+}
+
 static const mt_test tests[] = {
     {"context_in_fit", test_context_in_fit},
     {"name_is_rank0s", test_name_is_rank0s},
@@ -470,6 +685,13 @@ static const mt_test tests[] = {
     {"allreduce_every_dtype_and_op", test_allreduce_every_dtype_and_op},
     {"broadcast_and_allgather", test_broadcast_and_allgather},
     {"bad_arguments_on_one_rank", test_bad_arguments_on_one_rank},
+    {"comm_create_alloc_fails_on_one_rank", test_comm_create_alloc_fails_on_one_rank},
+    {"topology_alloc_fails_on_one_rank", test_topology_alloc_fails_on_one_rank},
+    {"watchdog_start_fails_on_one_rank", test_watchdog_start_fails_on_one_rank},
+    {"fusion_create_fails_on_one_rank", test_fusion_create_fails_on_one_rank},
+    {"agree_exit_mpi_error_returns", test_agree_exit_mpi_error_returns},
+    {"restore_fails_on_one_rank", test_restore_fails_on_one_rank},
+    {"fit_share_alloc_fails_on_one_rank", test_fit_share_alloc_fails_on_one_rank},
     {NULL, NULL},
 };
 

@@ -290,7 +290,8 @@ static void test_bucket_size_from_environment(void)
     mt__comm *c = comm();
     mt_fusion *f = NULL;
     setenv("MT_FUSION_BYTES", "lots", 1);
-    MT_ASSERT_INT_EQ(mt__fusion_create(c, 0, &f), MT_EINVAL);
+    /* an agreed failure: rank 0's own, the others' MT_EPEER naming it */
+    MT_ASSERT_INT_EQ(mt__fusion_create(c, 0, &f), c->rank == 0 ? MT_EINVAL : MT_EPEER);
     MT_ASSERT_STR_CONTAINS(mt_last_error(), "MT_FUSION_BYTES must be a positive number of bytes (got 'lots')");
     CU_ASSERT_PTR_NULL(f);
     setenv("MT_FUSION_BYTES", "40", 1); /* 10 floats a bucket */

@@ -138,8 +138,9 @@ static void usage(FILE *out)
         "name a hostfile of them; give mpirun no -np and it starts one rank per slot), so\n"
         "after a node is lost the job restarts on the nodes that answer and resumes at the\n"
         "smaller world size.\n"
-        "Exit status: COMMAND's last; %d means a collective stalled past its timeout.\n",
-        MT_EXIT_PREEMPTED, MT_EXIT_PREEMPTED, MT_EXIT_STALLED);
+        "Exit status: COMMAND's last; %d means a collective stalled past its timeout, %d\n"
+        "that a rank died and the job ended itself (spawn mode has no launcher to do it).\n",
+        MT_EXIT_PREEMPTED, MT_EXIT_PREEMPTED, MT_EXIT_STALLED, MT_EXIT_LOST);
 }
 
 static void describe(int status, char *buf, size_t len)
@@ -148,6 +149,7 @@ static void describe(int status, char *buf, size_t len)
         int code = WEXITSTATUS(status);
         snprintf(buf, len, "exited with status %d%s", code,
                  code == MT_EXIT_STALLED ? " (stalled: a collective waited past its timeout)"
+                 : code == MT_EXIT_LOST ? " (a rank died; the job ended itself)"
                  : code == MT_EXIT_PREEMPTED ? " (preempted)" : "");
     } else if (WIFSIGNALED(status))
         snprintf(buf, len, "was killed by signal %d (%s)", WTERMSIG(status),

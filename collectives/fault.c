@@ -1,0 +1,35 @@
+/*
+ * fault.c -- test-only fault injection at named sites, for the failures that an allocator
+ * wrapper cannot produce on one rank alone (an MPI error, a read error part-way through)
+ * or that must happen before a given collective.
+ *
+ *   MT_TEST_FAIL_AT=site:rank[,site:rank...]     rank "*" = every rank
+ *
+ * Compiled always (the tests run the installed code paths), read only at the sites, which
+ * are set-up and error paths, never per element. Not for production use: a job with the
+ * variable set fails on purpose.
+ */
+#include "collectives.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool mt__test_fail(const char *site, int rank)
+{
+    const char *spec = getenv("MT_TEST_FAIL_AT");
+    if (!spec || !*spec)
+        return false;
+    size_t len = strlen(site);
+    for (const char *p = spec; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        if (strncmp(p, site, len) != 0 || p[len] != ':')
+            continue;
+        const char *r = p + len + 1;
+        if (*r == '*')
+            return true;
+        char *end = NULL;
+        long v = strtol(r, &end, 10);
+        if (end != r && (*end == ',' || *end == '\0') && v == rank)
+            return true;
+    }
+    return false;
+}
