@@ -199,7 +199,7 @@ int mt__check_text(const char *field, const char *text, size_t max)
 /* ------------------------------------------------------------ environment knobs */
 
 const mt__env_knob mt__env_knobs[] = {
-    {"MT_CHECKPOINT_BUFFER", MT__KNOB_BYTES, 4096, (uint64_t)1 << 36},
+    {"MT_CHECKPOINT_BUFFER", MT__KNOB_BYTES, 8, (uint64_t)1 << 36},
     {"MT_FUSION_BYTES", MT__KNOB_BYTES, 1, (uint64_t)1 << 34},
     {"MT_FUSION_SHM", MT__KNOB_BOOL, 0, 1},
     {"MT_IO_COLLECTIVE", MT__KNOB_BOOL, 0, 1},

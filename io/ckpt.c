@@ -309,7 +309,7 @@ static bool plausible(const mt__ckpt_array *a, char *why, size_t n)
         for (int i = 1; ok && i < a->noffsets; i++)
             ok = a->offsets[i] >= a->offsets[i - 1];
         if (!ok) {
-            snprintf(why, n, "array %s: row offsets do not run from 0 up to its %llu rows",
+            snprintf(why, n, "array %s: attribute offsets does not split its %llu rows",
                      a->name, (unsigned long long)a->dims[0]);
             return false;
         }
@@ -384,9 +384,11 @@ static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void
         }
         bytes *= d[i];
     }
-    if (!ok && !L->why[0])
-        snprintf(L->why, sizeof L->why, "array %s: unsupported type or %d dimensions (1 to 8)",
-                 name, a->ndim);
+    if (!ok && !L->why[0] && !a->dtype)
+        snprintf(L->why, sizeof L->why, "array %s: not a numeric type", name);
+    else if (!ok && !L->why[0])
+        snprintf(L->why, sizeof L->why, "array %s has %d dimensions (1 to 8 are possible)", name,
+                 a->ndim);
     /* checkpoints are written whole and uncompressed: a shape the stored bytes do not hold
      * is a lie (a 2 KB file claiming 2^40 rows), refused before anything reads it */
     if (ok && H5Dget_storage_size(ds) < bytes) {
@@ -396,12 +398,17 @@ static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void
         ok = 0;
     }
     hid_t at;
-    if (ok)
-        ok = read_scalar_attr(ds, "layout", H5T_NATIVE_INT, &a->layout) == 0 &&
-             read_scalar_attr(ds, "crc32", H5T_NATIVE_UINT32, &a->crc) == 0;
-    if (!ok && !L->why[0])
-        snprintf(L->why, sizeof L->why, "array %s: its layout or crc32 attribute is missing or "
-                 "unreadable", name);
+    if (ok && (read_scalar_attr(ds, "layout", H5T_NATIVE_INT, &a->layout) ||
+               (a->layout != 0 && a->layout != 1))) {
+        snprintf(L->why, sizeof L->why, "array %s: attribute layout is missing or not 0 or 1",
+                 name);
+        ok = 0;
+    }
+    if (ok && read_scalar_attr(ds, "crc32", H5T_NATIVE_UINT32, &a->crc)) {
+        snprintf(L->why, sizeof L->why, "array %s: attribute crc32 is missing or not one number",
+                 name);
+        ok = 0;
+    }
     if (ok && H5Aexists(ds, "offsets") > 0 && (at = H5Aopen(ds, "offsets", H5P_DEFAULT)) >= 0) {
         hid_t asp = H5Aget_space(at);
         hssize_t n = H5Sget_simple_extent_npoints(asp);
@@ -476,7 +483,7 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
         ix->meta_values = vals;
     int rc = -1;
     if (!one) {
-        snprintf(L->why, sizeof L->why, "metadata %s is not one fixed-length string", name + 5);
+        snprintf(L->why, sizeof L->why, "metadata %s: not one fixed-length string", name + 5);
     } else if (!v || !keys || !vals) {
         ix->oom = true;
         free(v);

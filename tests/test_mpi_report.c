@@ -767,7 +767,7 @@ static void test_checkpoint_builder_refusals(void)
     MT_ASSERT_INT_EQ(mt_checkpoint_set_meta(ck, "epoch", "2"), MT_OK);
     MT_ASSERT_STR_EQ(mt_checkpoint_get_meta(ck, "epoch"), "2");
     MT_ASSERT_INT_EQ(mt_checkpoint_set_meta(ck, "", "1"), MT_EINVAL);
-    MT_ASSERT_STR_CONTAINS(mt_last_error(), "bad key \"\"");
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_checkpoint_set_meta: key must not be empty");
     MT_ASSERT_INT_EQ(mt_checkpoint_set_meta(ck, "k", NULL), MT_EINVAL);
     MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_checkpoint_set_meta k: value is NULL");
     mt_checkpoint_free(&ck);
