@@ -815,8 +815,9 @@ int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration)
     *last_iteration = 0;
     char *line = NULL;
     size_t cap = 0;
-    while (getline(&line, &cap, in) > 0) {
-        json_t *row = json_loads(line, 0, NULL);
+    bool oom = false;
+    while (!oom && getline(&line, &cap, in) > 0) {
+        json_t *row = load_row(line, &oom); /* a row lost to memory is not a row skipped */
         json_t *it = row ? json_object_get(row, "training_iteration") : NULL;
         if (json_is_integer(it) && json_integer_value(it) > *last_iteration)
             *last_iteration = json_integer_value(it);
@@ -824,7 +825,7 @@ int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration)
     }
     free(line);
     fclose(in);
-    return MT_OK;
+    return oom ? mt__error(MT_ENOMEM, "out of memory reading %s", path) : MT_OK;
 }
 
 /* Move result.json rows past `iteration` (work a resumed run will redo) to
