@@ -5,8 +5,8 @@
  * movement after it, since when, what it last called) under a mutex held only for the
  * copy. The watchdog thread of every rank publishes a snapshot ("beat") a few times a
  * second: to the ranks of its own host through a small shared-memory slot of its own that
- * they map (no MPI call at all: MPI traffic from this thread, concurrent with the fusion
- * thread's collectives, was seen to lose a barrier in spawn mode), and to the ranks of
+ * they map (no MPI call at all, so nothing of the watchdog competes with the fusion
+ * thread's and the caller's MPI calls within a host), and to the ranks of
  * other hosts with nonblocking sends on a private duplicate communicator, sending to a
  * peer again only once its previous beat has gone, so a stopped or unreachable peer never
  * blocks the thread. From the beats it knows, locally, who waits where and who has fallen
