@@ -11,11 +11,24 @@ int mt__comm_create(mt__comm **out, MPI_Comm parent)
 {
     int rc = MT_OK;
     *out = NULL;
+    /* the duplicate first (every rank), then whether every rank has its memory: a rank
+     * out of memory must not skip the collective duplicate or return alone */
+    MPI_Comm dup = MPI_COMM_NULL;
+    int e = MPI_Comm_dup(parent, &dup);
+    if (e != MPI_SUCCESS)
+        return mt__mpi_error(e, "MPI_Comm_dup");
     mt__comm *c = calloc(1, sizeof *c);
-    MT__CHECK(c, MT_ENOMEM, fail, "out of memory allocating a communicator");
-    c->comm = MPI_COMM_NULL;
-    MT__MPI(MPI_Comm_dup(parent, &c->comm), fail);
-    MT__MPI(MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN), fail);
+    int mine = c != NULL, all = 0;
+    if (MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
+        MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, dup) != MPI_SUCCESS || !all) {
+        rc = !mine ? mt__error(MT_ENOMEM, "out of memory allocating a communicator")
+                   : mt__error(all ? MT_EMPI : MT_EPEER, "another rank could not create the "
+                                                       "communicator (out of memory)");
+        free(c);
+        MPI_Comm_free(&dup);
+        return rc;
+    }
+    c->comm = dup;
     MT__MPI(MPI_Comm_rank(c->comm, &c->rank), fail);
     MT__MPI(MPI_Comm_size(c->comm, &c->size), fail);
     *out = c;

@@ -54,10 +54,19 @@ out:
 int mt__topology_get(mt__comm *c, mt__topology *out)
 {
     int rc = MT_OK;
-    int *leaders = NULL;
     MPI_Comm node = MPI_COMM_NULL;
-    int any_key = getenv("MT_NODE_KEY") != NULL;
-    MT__MPI(MPI_Allreduce(MPI_IN_PLACE, &any_key, 1, MPI_INT, MPI_MAX, c->comm), out);
+    /* allocated first, and whether every rank has it carried by the first reduction: a
+     * rank out of memory must not skip the collectives below alone */
+    int *leaders = calloc((size_t)c->size, sizeof *leaders);
+    int flags[2] = {getenv("MT_NODE_KEY") != NULL, leaders == NULL}; /* any key, any OOM */
+    MT__MPI(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, c->comm), out);
+    int any_key = flags[0];
+    if (flags[1]) {
+        rc = !leaders ? mt__error(MT_ENOMEM, "out of memory gathering node leaders")
+                      : mt__error(MT_EPEER, "another rank ran out of memory gathering node "
+                                            "leaders");
+        goto out;
+    }
     int leader = c->rank;
     rc = any_key ? leader_by_key(c, &leader) : leader_by_shared_memory(c, &leader);
     if (rc)
@@ -65,8 +74,6 @@ int mt__topology_get(mt__comm *c, mt__topology *out)
     MT__MPI(MPI_Comm_split(c->comm, leader, c->rank, &node), out);
     MT__MPI(MPI_Comm_rank(node, &out->local_rank), out);
     MT__MPI(MPI_Comm_size(node, &out->local_size), out);
-    leaders = calloc((size_t)c->size, sizeof *leaders);
-    MT__CHECK(leaders, MT_ENOMEM, out, "out of memory gathering node leaders");
     MT__MPI(MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, c->comm), out);
     out->node_rank = 0;
     out->num_nodes = 0;

@@ -142,11 +142,21 @@ int mt__context_create(mt_context **out, MPI_Comm world)
 {
     int rc = MT_OK;
     *out = NULL;
-    mt_context *c = calloc(1, sizeof *c);
-    MT__CHECK(c, MT_ENOMEM, fail, "out of memory allocating a context");
-    rc = mt__comm_create(&c->comm, world);
+    mt__comm *comm = NULL;
+    rc = mt__comm_create(&comm, world); /* collective: before anything that can fail alone */
     if (rc)
-        goto fail;
+        return rc;
+    mt_context *c = calloc(1, sizeof *c);
+    if (!c)
+        rc = mt__error(MT_ENOMEM, "out of memory allocating a context");
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 0, 0, 0);
+    if ((rc = mt__agree(comm, &call, rc, NULL))) {
+        free(c);
+        mt__comm_destroy(&comm);
+        return rc;
+    }
+    c->comm = comm;
     c->world_rank = c->comm->rank;
     c->world_size = c->comm->size;
     rc = mt__topology_get(c->comm, &c->topo);
