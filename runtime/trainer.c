@@ -421,7 +421,7 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     mt__call_init(&begin, MT__CALL_FIT_BEGIN, 0, 0, 0);
     rc = mt__agree(ctx->comm, &begin, check_setup(t, ctx), &who);
     if (!rc)
-        rc = agree_name(t, ctx);
+        rc = agreed(ctx, agree_name(t, ctx)); /* its allocations may fail on one rank */
     /* the run directory: rank 0 prepares it, every rank learns where to start */
     mt__rundir run = {.latest = -1};
     json_t *info = NULL;
