@@ -179,8 +179,11 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
     size_t len = strlen(t->storage_path) + strlen(name) + 2;
     ctx->name = mt__strdup(name);
     ctx->run_dir = malloc(len);
-    if (!ctx->name || !ctx->run_dir)
+    if (!ctx->name || !ctx->run_dir) { /* neither half set: the result uses run_dir */
+        free(ctx->name), free(ctx->run_dir);
+        ctx->name = ctx->run_dir = NULL;
         return mt__error(MT_ENOMEM, "out of memory naming the run");
+    }
     snprintf(ctx->run_dir, len, "%s/%s", t->storage_path, name);
     return MT_OK;
 }
