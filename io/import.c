@@ -148,11 +148,15 @@ static int parse_idx(const char *file, idx_array *a)
         goto out;
     }
     a->count = 1;
+    bool huge = false; /* count * 8 must not wrap, or the size check below would pass */
     for (int d = 0; d < a->ndim; d++) {
         a->dims[d] = be32(buf + 4 + 4 * d);
-        a->count *= a->dims[d];
+        if (a->dims[d] && a->count > SIZE_MAX / 8 / a->dims[d])
+            huge = true;
+        else
+            a->count *= a->dims[d];
     }
-    if (len - head < a->count * a->esize) {
+    if (huge || len - head < a->count * a->esize) {
         rc = mt__error(MT_EFORMAT, "%s: truncated: %zu bytes of data expected from byte %zu, "
                                    "the file ends at byte %zu", file, a->count * a->esize, head,
                        len);
