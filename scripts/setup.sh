@@ -14,7 +14,7 @@ for arg in "$@"; do
     --example) pkgs="$pkgs dataset-fashion-mnist gnuplot-nox" ;;
     --slurm) pkgs="$pkgs slurm-wlm munge" ;;
     --fuzz) pkgs="$pkgs afl++" ;;
-    -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
     esac
 done
