@@ -361,12 +361,12 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
         char *end = NULL;
         unsigned long long v = env ? strtoull(env, &end, 10) : 0;
         if (env && (!*env || *end || v == 0))
-            rc = mt__error(MT_EINVAL, "MT_FUSION_BYTES must be a positive number of bytes "
-                                      "(got '%s')", env);
+            return mt__error(MT_EINVAL, "MT_FUSION_BYTES must be a positive number of bytes "
+                                        "(got '%s')", env);
         bucket_bytes = v ? (size_t)v : (size_t)25 << 20;
     }
-    mt_fusion *f = rc ? NULL : calloc(1, sizeof *f);
-    if (!rc && !f)
+    mt_fusion *f = calloc(1, sizeof *f);
+    if (!f)
         rc = mt__error(MT_ENOMEM, "out of memory creating a fusion");
     /* agreed before the first collective (the duplicate), and again at the end: a rank
      * that failed alone never leaves the others in a collective or returns alone */
