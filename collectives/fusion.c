@@ -213,15 +213,22 @@ static int map_segment(mt_fusion *f, int size, int rank)
                       : MAP_FAILED;
     if (fd >= 0)
         close(fd);
-    /* the pointer tables count as mapping: a rank without them falls back with the rest */
+    /* the pointer tables count as mapping: every rank gives up the segment with the one
+     * that lacks them, and that rank's out of memory is the creation's error (agreed by
+     * the caller); a mapping the system refuses is a fallback to MPI, not an error */
     f->slot = calloc((size_t)2 * (size_t)size, sizeof *f->slot);
     f->part = calloc((size_t)size, sizeof *f->part);
-    int mapped = p != MAP_FAILED && f->slot && f->part && !mt__test_fail("fusion-shm", rank);
+    if (!f->slot || !f->part)
+        rc = mt__error(MT_ENOMEM, "rank %d: out of memory setting up the fusion's shared "
+                                  "segment", rank);
+    int mapped = p != MAP_FAILED && !rc && !mt__test_fail("fusion-shm", rank);
     int all = 0;
-    MT__MPI(MPI_Allreduce(&mapped, &all, 1, MPI_INT, MPI_MIN, f->data), out);
+    int e = MPI_Allreduce(&mapped, &all, 1, MPI_INT, MPI_MIN, f->data);
+    if (e != MPI_SUCCESS && !rc)
+        rc = mt__mpi_error(e, "MPI_Allreduce (fusion segment)");
     if (rank == 0 && name[0])
         shm_unlink(name); /* every rank has it open or has given up */
-    if (!all) {
+    if (!all || rc) {
         if (p != MAP_FAILED)
             munmap(p, f->seg_bytes);
         free(f->slot);

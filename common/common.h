@@ -111,6 +111,11 @@ int mt__check_text(const char *field, const char *text, size_t max);
 enum { MT__LIVE_CONTEXT = 1, MT__LIVE_SHARD, MT__LIVE_BATCH, MT__LIVE_CHECKPOINT,
        MT__LIVE_FUSION };
 int mt__live_add(const void *p, int kind);
+/* For handles made collectively: reserve (may fail: agree on it), then add (cannot fail)
+ * or unreserve. */
+int mt__live_reserve(void);
+void mt__live_add_reserved(const void *p, int kind);
+void mt__live_unreserve(void);
 void mt__live_remove(const void *p);
 bool mt__live(const void *p, int kind);
 

@@ -21,6 +21,10 @@ typedef struct {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static slot *table;
 static size_t cap, used; /* cap: a power of two, or 0 */
+/* Room promised to mt__live_add_reserved: a collective creator reserves before its
+ * agreement (where running out of memory is still every rank's error) and records the
+ * handle after its collectives, where a failure would be one rank's alone. */
+static size_t reserved;
 
 static size_t home(const void *p)
 {
@@ -54,11 +58,48 @@ static int grow(void)
     return 0;
 }
 
+int mt__live_reserve(void)
+{
+    int rc = MT_OK;
+    pthread_mutex_lock(&lock);
+    if ((used + reserved + 1) * 2 > cap && grow())
+        rc = mt__error(MT_ENOMEM, "out of memory recording a handle");
+    else
+        reserved++;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+void mt__live_unreserve(void)
+{
+    pthread_mutex_lock(&lock);
+    if (reserved)
+        reserved--;
+    if (used == 0 && reserved == 0) {
+        free(table);
+        table = NULL;
+        cap = 0;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void mt__live_add_reserved(const void *p, int kind)
+{
+    pthread_mutex_lock(&lock);
+    if (reserved)
+        reserved--;
+    size_t i = find(p); /* the reservation keeps a free slot */
+    if (!table[i].p)
+        used++;
+    table[i] = (slot){p, kind};
+    pthread_mutex_unlock(&lock);
+}
+
 int mt__live_add(const void *p, int kind)
 {
     int rc = MT_OK;
     pthread_mutex_lock(&lock);
-    if ((used + 1) * 2 > cap && grow())
+    if ((used + reserved + 1) * 2 > cap && grow())
         rc = mt__error(MT_ENOMEM, "out of memory recording a handle");
     else {
         size_t i = find(p);
@@ -86,7 +127,7 @@ void mt__live_remove(const void *p)
             }
         }
     }
-    if (used == 0) { /* nothing left: give the memory back (no leak at exit) */
+    if (used == 0 && reserved == 0) { /* nothing left: give the memory back (no leak) */
         free(table);
         table = NULL;
         cap = 0;

@@ -391,7 +391,7 @@ static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void
                  a->ndim);
     /* checkpoints are written whole and uncompressed: a shape the stored bytes do not hold
      * is a lie (a 2 KB file claiming 2^40 rows), refused before anything reads it */
-    if (ok && H5Dget_storage_size(ds) < bytes) {
+    if (ok && H5Dget_storage_size(ds) != bytes) {
         snprintf(L->why, sizeof L->why, "array %s claims %llu bytes but the file holds %llu for "
                  "it", name, (unsigned long long)bytes,
                  (unsigned long long)H5Dget_storage_size(ds));

@@ -156,19 +156,35 @@ int mt__context_create(mt_context **out, MPI_Comm world)
 {
     int rc = MT_OK;
     *out = NULL;
-    mt_context *c = calloc(1, sizeof *c);
-    MT__CHECK(c, MT_ENOMEM, fail, "out of memory allocating a context");
-    rc = mt__comm_create(&c->comm, world);
+    mt__comm *comm = NULL;
+    rc = mt__comm_create(&comm, world); /* collective: before anything that can fail alone */
     if (rc)
-        goto fail;
+        return rc;
+    mt_context *c = calloc(1, sizeof *c);
+    bool room = false;
+    if (!c)
+        rc = mt__error(MT_ENOMEM, "out of memory allocating a context");
+    else if (!(rc = mt__live_reserve()))
+        room = true;
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 0, 0, 0);
+    if ((rc = mt__agree(comm, &call, rc, NULL))) {
+        if (room)
+            mt__live_unreserve();
+        free(c);
+        mt__comm_destroy(&comm);
+        return rc;
+    }
+    c->comm = comm;
     c->world_rank = c->comm->rank;
     c->world_size = c->comm->size;
     rc = mt__topology_get(c->comm, &c->topo);
-    if (rc)
+    if (rc) {
+        mt__live_unreserve();
         goto fail;
+    }
     c->num_cpus = mt__affinity_cpus(NULL, 0);
-    if ((rc = mt__live_add(c, MT__LIVE_CONTEXT))) /* after the collectives: local */
-        goto fail;
+    mt__live_add_reserved(c, MT__LIVE_CONTEXT); /* reserved before the agreement */
     *out = c;
     return MT_OK;
 fail:
@@ -266,14 +282,24 @@ int mt_barrier(mt_context *c)
 int mt_fusion_create(mt_context *c, size_t bucket_bytes, mt_fusion **out)
 {
     NEED_CTX("mt_fusion_create");
+    /* the context's room for it first, agreed: no rank may skip the collective creation */
+    int rc = MT_OK;
+    bool room = false;
     mt_fusion **grown = realloc(c->fusions, (size_t)(c->nfusions + 1) * sizeof *grown);
     if (!grown)
-        return mt__error(MT_ENOMEM, "out of memory creating a fusion");
-    c->fusions = grown;
-    int rc = mt__fusion_create(c->comm, bucket_bytes, out);
-    if (!rc && (rc = mt__live_add(*out, MT__LIVE_FUSION)))
-        mt_fusion_destroy(out);
-    if (!rc)
+        rc = mt__error(MT_ENOMEM, "out of memory creating a fusion");
+    else {
+        c->fusions = grown;
+        room = (rc = mt__live_reserve()) == MT_OK;
+    }
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 7, 0, 0);
+    if (!(rc = mt__agree(c->comm, &call, rc, NULL)))
+        rc = mt__fusion_create(c->comm, bucket_bytes, out);
+    if (!rc) {
+        mt__live_add_reserved(*out, MT__LIVE_FUSION);
         c->fusions[c->nfusions++] = *out;
+    } else if (room)
+        mt__live_unreserve();
     return rc;
 }

@@ -533,21 +533,29 @@ int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out)
     }
     /* room for the shard first: after the open's agreements no rank may fail alone */
     mt_shard **grown = realloc(c->shards, (size_t)(c->nshards + 1) * sizeof *grown);
-    if (!grown) {
+    int room = 0; /* the shard's and its batch's places in the table of live handles */
+    if (grown) {
+        c->shards = grown;
+        while (room < 2 && mt__live_reserve() == MT_OK)
+            room++;
+    }
+    if (room < 2) {
+        while (room--)
+            mt__live_unreserve();
         mt__call call;
         mt__call_init(&call, MT__CALL_DATA_OPEN, 0, 0, 0);
         return mt__agree(c->comm, &call, mt__error(MT_ENOMEM, "rank %d: out of memory keeping "
                                                    "a shard", c->world_rank), NULL);
     }
-    c->shards = grown;
     mt_shard *s = NULL;
-    rc = open_shard(c, spec, &s); /* it made room in c->shards */
-    if (rc)
+    rc = open_shard(c, spec, &s);
+    if (rc) {
+        mt__live_unreserve();
+        mt__live_unreserve();
         return rc;
-    if (mt__live_add(s, MT__LIVE_SHARD) || mt__live_add(&s->batch, MT__LIVE_BATCH)) {
-        shard_free(s);
-        return mt__error(MT_ENOMEM, "out of memory keeping a shard");
     }
+    mt__live_add_reserved(s, MT__LIVE_SHARD); /* reserved before the open's agreements */
+    mt__live_add_reserved(&s->batch, MT__LIVE_BATCH);
     c->shards[c->nshards++] = s;
     *out = s;
     return MT_OK;

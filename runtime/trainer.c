@@ -205,8 +205,11 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
     size_t len = strlen(t->storage_path) + strlen(name) + 2;
     ctx->name = mt__strdup(name);
     ctx->run_dir = malloc(len);
-    if (!ctx->name || !ctx->run_dir)
+    if (!ctx->name || !ctx->run_dir) { /* neither half set: the result uses run_dir */
+        free(ctx->name), free(ctx->run_dir);
+        ctx->name = ctx->run_dir = NULL;
         return mt__error(MT_ENOMEM, "out of memory naming the run");
+    }
     snprintf(ctx->run_dir, len, "%s/%s", t->storage_path, name);
     return MT_OK;
 }
@@ -502,7 +505,7 @@ static int fit(mt_trainer *t, mt_result **out)
     mt__call_init(&begin, MT__CALL_FIT_BEGIN, 0, 0, 0);
     rc = mt__agree(ctx->comm, &begin, check_setup(t, ctx), &who);
     if (!rc)
-        rc = agree_name(t, ctx);
+        rc = agreed(ctx, agree_name(t, ctx)); /* its allocations may fail on one rank */
     /* the run directory: rank 0 prepares it, every rank learns where to start */
     mt__rundir run = {.latest = -1};
     json_t *info = NULL;

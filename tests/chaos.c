@@ -111,6 +111,9 @@ typedef struct {
     int (*op)(mt_context *c, void *st);    /* the call under test, armed */
     int (*again)(mt_context *c, void *st); /* the next call, not armed: must work */
     int scope;                             /* who returns an error (below) */
+    long limit; /* with more than one rank, each rank's turn stops after this many (0: no
+                 * limit), to keep the run short: the later allocations are rank 0's reading
+                 * of the run directory, which the 1-rank run covers */
 } chaos_case;
 enum {
     COLLECTIVE, /* the failing rank MT_ENOMEM, every other rank MT_EPEER */
@@ -187,6 +190,8 @@ static long chaos_loop(mt_context *c, const chaos_case *k, void *st)
             if (!flags[0])
                 break;
             total++;
+            if (size > 1 && k->limit && n >= k->limit)
+                break;
         }
     return total;
 }
@@ -284,7 +289,7 @@ static int report_body(mt_context *c, void *arg)
     report_state r = {0};
     report_setup(c, &r, with_checkpoint);
     chaos_case k = {with_checkpoint ? "mt_report with a checkpoint" : "mt_report", NULL,
-                    report_op, report_op, COLLECTIVE};
+                    report_op, report_op, COLLECTIVE, 0};
     expect_injected(k.what, chaos_loop(c, &k, &r));
     report_teardown(&r);
     /* a failed run, so that test_restore resumes it */
@@ -345,7 +350,7 @@ static int restore_body(mt_context *c, void *arg)
     MT_ASSERT_INT_EQ(mt_checkpoint_dims(r.ck, "s", &nd, dims), MT_OK);
     r.srows = dims[0];
     CU_ASSERT_FATAL(r.srows <= 8);
-    chaos_case k = {"mt_checkpoint_get on resume", NULL, restore_op, restore_again, COLLECTIVE};
+    chaos_case k = {"mt_checkpoint_get on resume", NULL, restore_op, restore_again, COLLECTIVE, 0};
     expect_injected(k.what, chaos_loop(c, &k, &r));
     return mt__error(MT_EIO, "chaos: the run stops here"); /* test_resume_fit resumes it */
 }
@@ -403,7 +408,7 @@ static void test_resume_fit(void)
     MT_ASSERT_INT_EQ(fit(&cfg, resumable_fn, NULL, NULL), MT_EIO);
     mt_trainer *t = NULL;
     CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, resume_fn, NULL, &cfg), MT_OK);
-    chaos_case k = {"mt_trainer_fit resuming", NULL, fit_op, NULL, AGREED};
+    chaos_case k = {"mt_trainer_fit resuming", NULL, fit_op, NULL, AGREED, 100};
     expect_injected(k.what, chaos_loop(NULL, &k, t));
     mt_trainer_destroy(&t);
 }
@@ -469,16 +474,16 @@ static int epoch_again(mt_context *c, void *st)
 static int shard_body(mt_context *c, void *arg)
 {
     shard_state d = {0};
-    chaos_case open = {"mt_get_dataset_shard", NULL, open_op, open_op, COLLECTIVE};
+    chaos_case open = {"mt_get_dataset_shard", NULL, open_op, open_op, COLLECTIVE, 0};
     expect_injected(open.what, chaos_loop(c, &open, &d));
     CU_ASSERT_PTR_NOT_NULL_FATAL(d.s);
     /* begin_epoch (collective) starts the read-ahead, whose failure is the next call's
      * (local) error when that window is entered */
     chaos_case begin = {"mt_shard_begin_epoch and its epoch", NULL, epoch_again, epoch_again,
-                        EITHER};
+                        EITHER, 0};
     expect_injected(begin.what, chaos_loop(c, &begin, &d));
     /* local: the failing rank alone sees the error; every turn begins a new epoch */
-    chaos_case epoch = {"mt_shard_next (an epoch)", begin_op, epoch_op, epoch_again, LOCAL};
+    chaos_case epoch = {"mt_shard_next (an epoch)", begin_op, epoch_op, epoch_again, LOCAL, 0};
     long n = chaos_loop(c, &epoch, &d);
     /* with 2 ranks each rank's rows may all be read ahead on the read-ahead thread, whose
      * allocations are not counted (covered by the case above) */
@@ -607,15 +612,15 @@ static int fusion_body(mt_context *c, void *arg)
     fusion_state s = {.rank = mt_world_rank(c), .size = mt_world_size(c)};
     for (int k = 0; k < NT; k++)
         s.t[k] = calloc(tsizes[k] + 1, sizeof(float));
-    chaos_case create = {"mt_fusion_create", NULL, create_op, create_op, COLLECTIVE};
+    chaos_case create = {"mt_fusion_create", NULL, create_op, create_op, COLLECTIVE, 0};
     expect_injected(create.what, chaos_loop(c, &create, &s));
     /* adds and the first step (the registration check), on a fresh fusion each turn */
     chaos_case first = {"mt_fusion_add/ready/wait, first step", fresh_op, first_step_op,
-                        fusion_again, COLLECTIVE};
+                        fusion_again, COLLECTIVE, 0};
     expect_injected(first.what, chaos_loop(c, &first, &s));
     /* a later step of a registered fusion that has done two steps */
     chaos_case later = {"mt_fusion_ready/wait, later step", fusion_again, later_step_op,
-                        fusion_again, COLLECTIVE};
+                        fusion_again, COLLECTIVE, 0};
     /* buffers are made at the registration check: a later step allocates nothing */
     MT_ASSERT_INT_EQ(chaos_loop(c, &later, &s), 0);
     mt_fusion_destroy(&s.f);
