@@ -458,6 +458,7 @@ static int open_shard(mt_context *c, const mt__dataset_spec *spec, mt_shard **ou
 
 int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out)
 {
+    MT__TRACE("data", "load_shard");
     if (!c || !out)
         return mt__error(MT_EINVAL, "mt_get_dataset_shard: NULL argument");
     *out = NULL;
@@ -555,6 +556,7 @@ int mt_shard_set_column_dtype(mt_shard *s, const char *column, mt_dtype as)
 
 int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
 {
+    MT__TRACE("data", "begin_epoch");
     if (!s)
         return mt__error(MT_EINVAL, "mt_shard_begin_epoch: shard is NULL");
     mt_iter_options opt = o ? *o : (mt_iter_options){0};
@@ -610,6 +612,7 @@ int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
 
 int mt_shard_next(mt_shard *s, const mt_batch **out)
 {
+    MT__TRACE("data", "next_batch");
     if (!s || !out)
         return mt__error(MT_EINVAL, "mt_shard_next: NULL argument");
     *out = NULL;

@@ -128,6 +128,7 @@ static void print_line(const mt_context *c, const mt_metrics *row, int64_t itera
 
 int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
 {
+    MT__TRACE("report", "report");
     if (!c)
         return mt__error(MT_EINVAL, "mt_report: context is NULL");
     char *enc = NULL;

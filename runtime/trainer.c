@@ -403,6 +403,8 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     int failures = 0;
     const char *final = "failed";
     bool started = !rc;
+    if (started)
+        mt__trace_start(t->cfg.run.trace, ctx->run_dir, ctx->world_rank);
     if (!rc)
         mt__signals_install();
     while (started) {
@@ -461,6 +463,7 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     }
     mt__signals_restore();
     mt__watchdog_stop(&dog);
+    mt__trace_stop();
     char error[MT__MSG_LEN + 64] = "";
     if (rc && rc != MT_ESTOP) {
         if (who.rank >= 0)
