@@ -104,7 +104,7 @@ static void write_thread_name(const tbuf *b)
     char def[32];
     snprintf(def, sizeof def, "thread %d", b->tid);
     sep();
-    fprintf(file, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
+    fprintf(file, "{\"name\":\"thread_name\",\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
             rank, b->tid);
     put_string(file, b->name ? b->name : def);
     fputs("}}", file);
@@ -288,14 +288,14 @@ void mt__trace_start(bool want, const char *run_dir, int r)
     char label[300];
     snprintf(label, sizeof label, "rank %d (%s)", r, host);
     sep();
-    fprintf(file, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":",
+    fprintf(file, "{\"name\":\"process_name\",\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":0,\"args\":{\"name\":",
             r);
     put_string(file, label);
     fputs(",\"host\":", file);
     put_string(file, host);
     fprintf(file, ",\"rank\":%d}}", r);
     sep();
-    fprintf(file, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+    fprintf(file, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":0,"
             "\"args\":{\"sort_index\":%d}}", r, r);
     pthread_mutex_unlock(&file_mu);
     tbuf *b = my_buffer();
