@@ -141,6 +141,7 @@ static void thread_gone(void *p)
     if (b->gen == gen)
         flush(b, true);
     b->n = 0;
+    b->gen = gen - 1; /* written: mt__trace_stop must not name it again */
     pthread_mutex_unlock(&b->mu);
     pthread_mutex_lock(&list_mu);
     b->owned = false;
