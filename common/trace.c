@@ -259,6 +259,24 @@ static int make_dir(const char *dir)
     return -1;
 }
 
+/* A run started again under its name (a resume) keeps the trace of the attempt before as
+ * rank_<R>.<k>.json, k = 1, 2, ...: the attempt that failed is the one worth reading. */
+static void keep_earlier(const char *dir, int r)
+{
+    char old[4200];
+    if (access(path, F_OK) != 0)
+        return;
+    for (int k = 1; k < 100000; k++) {
+        snprintf(old, sizeof old, "%s/rank_%d.%d.json", dir, r, k);
+        if (access(old, F_OK) != 0) {
+            if (rename(path, old) != 0)
+                fprintf(stderr, "mpitrain: rank %d: cannot keep the earlier trace %s as %s: %s\n",
+                        r, path, old, strerror(errno));
+            return;
+        }
+    }
+}
+
 void mt__trace_start(bool want, const char *run_dir, int r)
 {
     const char *env = getenv("MT_TRACE");
@@ -272,6 +290,7 @@ void mt__trace_start(bool want, const char *run_dir, int r)
         snprintf(host, sizeof host, "unknown");
     pthread_mutex_lock(&file_mu);
     snprintf(path, sizeof path, "%s/rank_%d.json", dir, r);
+    keep_earlier(dir, r);
     const char *bad = make_dir(dir) != 0 ? dir : !(file = fopen(path, "w")) ? path : NULL;
     if (bad) {
         fprintf(stderr, "mpitrain: rank %d: tracing off: cannot create %s: %s\n", r, bad,

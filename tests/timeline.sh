@@ -1,10 +1,10 @@
 #!/bin/sh
 # The timeline of a step (common/trace.c): a short training with --trace at 1 and 2 ranks
 # writes one valid Chrome trace file per rank (tests/trace_check: format, nesting, the rank
-# and host, every category), MT_TRACE=1 does the same, a run without either writes no
-# trace directory, an unwritable trace directory is a warning and the run still succeeds,
-# the tracer keeps every span of many threads (tests/trace_probe), and
-# mpitrain-show --timeline summarises each rank or says why it cannot.
+# and host, every category); MT_TRACE=1 does the same; a run without either writes no trace
+# directory; a resumed run keeps the failed attempt's trace; an unwritable trace directory
+# is a warning and the run still succeeds; the tracer keeps every span of many threads
+# (tests/trace_probe); mpitrain-show --timeline summarises each rank or says why it cannot.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
@@ -80,6 +80,20 @@ if [ $rc -eq 0 ] && grep -q "rank 0: tracing off: cannot create .*blocked/trace/
     && grep -q "rank 1: tracing off" "$err" && grep -q '"status": *"finished"' "$store/runs/blocked/run.json"; then
     ok "an unwritable trace directory is a warning naming the file, rank and reason; the run finishes"
 else bad "unwritable trace directory (exit $rc)"; fi
+
+# a failed run started again resumes: the failed attempt's trace is kept beside the new one
+"$run" 2 "$b/tools/trainer" $common --name again --trace --fail-rank 1 --fail-epoch 1 >"$out" 2>"$err"
+rc1=$?
+"$run" 2 "$b/tools/trainer" $common --name again --trace >"$out" 2>"$err"
+rc2=$?
+d="$store/runs/again/trace"
+if [ $rc1 -eq 1 ] && [ $rc2 -eq 0 ] && [ "$(ls "$d" | wc -l)" -eq 4 ] \
+    && "$b/tests/trace_check" "$d/rank_1.1.json" 1 compute data agree >>"$out" 2>>"$err" \
+    && "$b/tests/trace_check" "$d/rank_1.json" 1 compute data agree report >>"$out" 2>>"$err" \
+    && "$b/tools/mpitrain-show" "$store/runs/again" --timeline >"$out" 2>>"$err" \
+    && grep -q "(2 ranks;" "$out"; then
+    ok "a resumed run keeps the failed attempt's trace as rank_R.1.json; the summary reads the latest"
+else bad "trace of a resumed run (exits $rc1, $rc2): $(ls "$d" | tr '\n' ' ')"; fi
 
 # many threads at once, each recording more spans than its buffer holds
 mkdir -p "$store/probe"
