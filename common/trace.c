@@ -352,6 +352,7 @@ void mt__trace_stop(void)
             fprintf(stderr, "mpitrain: rank %d: writing %s: %s\n", rank, path, strerror(errno));
         file = NULL;
     }
+    path[0] = '\0';
     pthread_mutex_unlock(&file_mu);
 }
 

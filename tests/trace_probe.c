@@ -53,6 +53,8 @@ int main(int argc, char **argv)
             pthread_join(t[i], NULL);
     }
     mt__trace_stop();
+    if (mt__trace_path())
+        return 1; /* nothing is being written any more */
     /* off again: nothing more is written, and a second stop is harmless */
     inner();
     mt__trace_stop();
