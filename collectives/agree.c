@@ -180,6 +180,7 @@ static int64_t fail_key(const mt__comm *c, int status)
 static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who, bool *same,
                  bool *broken, int64_t *value, int nvalues)
 {
+    MT__TRACE("agree", "agree");
     uint64_t seq = c->seq++;
     int64_t s = (int64_t)(call->sig >> 1);
     int64_t w[W_COUNT] = {

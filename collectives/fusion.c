@@ -279,6 +279,7 @@ static int reduce_shm(mt_fusion *f, bucket *b)
 /* Pack and sum one bucket across ranks (blocking). */
 static int reduce_bucket(mt_fusion *f, bucket *b)
 {
+    MT__TRACE_ARG("fusion", "bucket", b - f->b);
     int rc = MT_OK;
     if (f->comm->size == 1) /* the sum over one rank is the tensor itself */
         return MT_OK;
@@ -310,6 +311,7 @@ static void note_reduce_error(mt_fusion *f, int rc)
 static void *comm_thread(void *arg)
 {
     mt_fusion *f = arg;
+    mt__trace_thread("fusion");
     pthread_mutex_lock(&f->lock);
     for (;;) {
         while (!f->quit && (f->closing || f->claimed == f->handed))
@@ -623,6 +625,7 @@ int mt_fusion_ready(mt_fusion *f, int index)
 
 int mt_fusion_wait(mt_fusion *f)
 {
+    MT__TRACE("fusion_wait", "fusion_wait");
     if (!f)
         return mt__error(MT_EINVAL, "mt_fusion_wait: fusion is NULL");
     NEED_COMM(f, "mt_fusion_wait");

@@ -65,6 +65,7 @@ static void divide(void *buf, size_t n, mt_dtype t, int size)
 
 int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op)
 {
+    MT__TRACE("collective", "allreduce");
     int rc = check_args("mt_allreduce", buf, count, t);
     if (!rc && mpi_op(op) == MPI_OP_NULL)
         rc = mt__error(MT_EINVAL, "mt_allreduce: unknown op %d", (int)op);
@@ -89,6 +90,7 @@ out:
 
 int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root)
 {
+    MT__TRACE("collective", "broadcast");
     int rc = check_args("mt_broadcast", buf, count, t);
     if (!rc && (root < 0 || root >= c->size))
         rc = mt__error(MT_EINVAL, "mt_broadcast: root %d is not a rank of this %d-rank job",
@@ -132,6 +134,7 @@ out:
 
 int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dtype t)
 {
+    MT__TRACE("collective", "allgather");
     int rc = check_args("mt_allgather", send, count, t);
     if (!rc && count > 0 && !recv)
         rc = mt__error(MT_EINVAL, "mt_allgather: NULL receive buffer with count %zu", count);
@@ -157,6 +160,7 @@ out:
 
 int mt__barrier(mt__comm *c)
 {
+    MT__TRACE("collective", "barrier");
     mt__call call;
     mt__call_init(&call, MT__CALL_BARRIER, 0, 0, 0);
     /* the agreement is itself a full synchronisation */

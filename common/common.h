@@ -9,6 +9,7 @@
 #define MT_COMMON_H
 
 #include "mpitrain.h"
+#include "trace.h"
 
 #include <stdarg.h>
 

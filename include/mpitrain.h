@@ -148,6 +148,7 @@ typedef struct {
     mt_checkpoint_config checkpoint;
     mt_failure_config failure;
     bool overwrite; /* a finished run of the same name is replaced instead of refused */
+    bool trace; /* each rank writes a timeline to <run>/trace/rank_<R>.json (also MT_TRACE=1) */
 } mt_run_config;
 
 typedef struct {
@@ -170,7 +171,7 @@ MT_EXTERN int mt_config_validate(const mt_trainer_config *cfg);
  *   --name, --storage-path, --num-workers, --cpus-per-worker, --max-failures,
  *   --num-to-keep, --checkpoint-score-attribute, --checkpoint-score-order max|min,
  *   --checkpoint-frequency, --checkpoint-at-end, --stall-warn, --stall-timeout,
- *   --verbose, --help.
+ *   --verbose, --trace, --help.
  * --help is left in argv: the program prints its usage (with mt_config_usage) and exits. A malformed value is MT_EINVAL naming the option.
  * String fields point into argv or the environment. */
 MT_EXTERN int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv);

@@ -618,6 +618,7 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
                           const mt_metrics *metrics, int64_t iteration, char *name, size_t len,
                           bool *agreed)
 {
+    MT__TRACE("checkpoint", "commit");
     *agreed = true;
     uint64_t sig = 0;
     int nsh = 0, rc = describe_local(ck, &sig, &nsh);

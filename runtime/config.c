@@ -189,6 +189,7 @@ static const opt_def opts[] = {
      "seconds in a collective before a stall warning (default: 60)"},
     {"stall-timeout", OPT_SECONDS, OFF(run.failure.stall_timeout_s),
      "seconds in a collective before the job aborts (default: 600)"},
+    {"trace", OPT_FLAG, OFF(run.trace), "write a timeline per rank to <run>/trace/ (env MT_TRACE=1)"},
     {"verbose", OPT_VERBOSE, OFF(run.verbose), "0 silent, 1 a line per report, 2 per-rank detail (default: 1)"},
     {"help", OPT_HELP, 0, "print this help"},
 };

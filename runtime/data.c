@@ -500,6 +500,7 @@ static bool shard_ok(const mt_shard *s, const char *fn)
 
 int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out)
 {
+    MT__TRACE("data", "load_shard");
     if (!mt__ctx_ok(c, "mt_get_dataset_shard"))
         return MT_EINVAL;
     if (!out)
@@ -624,6 +625,7 @@ int mt_shard_set_column_dtype(mt_shard *s, const char *column, mt_dtype as)
 
 int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
 {
+    MT__TRACE("data", "begin_epoch");
     if (!shard_ok(s, "mt_shard_begin_epoch"))
         return MT_EINVAL;
     mt_iter_options opt = o ? *o : (mt_iter_options){0};
@@ -686,6 +688,7 @@ int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
 
 int mt_shard_next(mt_shard *s, const mt_batch **out)
 {
+    MT__TRACE("data", "next_batch");
     if (!shard_ok(s, "mt_shard_next"))
         return MT_EINVAL;
     if (!out)

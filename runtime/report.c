@@ -133,6 +133,7 @@ static void print_line(const mt_context *c, const mt_metrics *row, int64_t itera
 
 int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
 {
+    MT__TRACE("report", "report");
     if (!mt__ctx_ok(c, "mt_report"))
         return MT_EINVAL;
     char *enc = NULL;

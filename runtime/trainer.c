@@ -534,6 +534,8 @@ static int fit(mt_trainer *t, mt_result **out)
     int failures = 0;
     const char *final = "failed";
     bool started = !rc;
+    if (started)
+        mt__trace_start(t->cfg.run.trace, ctx->run_dir, ctx->world_rank);
     if (!rc)
         mt__signals_install();
     while (started) {
@@ -593,6 +595,7 @@ static int fit(mt_trainer *t, mt_result **out)
     }
     mt__signals_restore();
     mt__watchdog_stop(&dog);
+    mt__trace_stop();
     char error[MT__MSG_LEN + 64] = "";
     if (rc && rc != MT_ESTOP) {
         if (who.rank >= 0)

@@ -4,6 +4,7 @@
  * curves (metrics against training_iteration) with gnuplot.
  */
 #include <mpitrain.h>
+#include "show-timeline.h"
 
 #include <jansson.h>
 #include <errno.h>
@@ -21,7 +22,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-        "usage: mpitrain-show RUN_DIR [--plot FILE.png] [--metric KEY]...\n"
+        "usage: mpitrain-show RUN_DIR [--plot FILE.png] [--metric KEY]... [--timeline]\n"
         "\n"
         "Prints a run's status, attempts and failures, its kept checkpoints (best first by\n"
         "the run's checkpoint score attribute) and its last reported metrics.\n"
@@ -29,6 +30,7 @@ static void usage(FILE *out)
         "  --plot FILE.png  draw the learning curves with gnuplot (Debian package gnuplot-nox)\n"
         "  --metric KEY     a metric to draw (repeat; default: every numeric metric except the\n"
         "                   automatic time keys)\n"
+        "  --timeline       where each rank's step time went (needs a run made with --trace)\n"
         "  --help           this text\n");
 }
 
@@ -250,12 +252,15 @@ int main(int argc, char **argv)
 {
     const char *dir = NULL, *png = NULL, *wanted[MAX_METRICS];
     int nwanted = 0;
+    bool timeline = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--plot") && i + 1 < argc)
             png = argv[++i];
+        else if (!strcmp(argv[i], "--timeline"))
+            timeline = true;
         else if (!strcmp(argv[i], "--metric") && i + 1 < argc && nwanted < MAX_METRICS)
             wanted[nwanted++] = argv[++i];
         else if (argv[i][0] == '-' || dir) {
@@ -268,6 +273,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (timeline)
+        return timeline_summary(dir, stdout);
     mt_result *r = NULL;
     if (mt_result_load(dir, &r) != MT_OK) {
         fprintf(stderr, "mpitrain-show: %s\n", mt_last_error());
