@@ -7,9 +7,12 @@ set -u
 info="${top_builddir:-.}/tools/mpitrain-info"
 run="${top_srcdir:-.}/tests/mpirun.sh"
 out=$(mktemp); err=$(mktemp)
-trap 'rm -f "$out" "$err"' EXIT
+# a storage path of its own: two suites running at once must not share a run directory
+# (the second would be refused by the first one's run.lock)
+MT_STORAGE_PATH=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-context-test.XXXXXX")
+export MT_STORAGE_PATH
+trap 'rm -f "$out" "$err"; rm -rf "$MT_STORAGE_PATH"' EXIT
 ncpu=$(nproc)
-export MT_STORAGE_PATH="${TMPDIR:-/tmp}/mpitrain-context-test"
 
 # expect NAME LINE...: every given "rank R/N: ... cpus C" line is in the output, followed by
 # this machine's host name and a CPU list of C CPUs
