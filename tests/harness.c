@@ -3,6 +3,8 @@
  */
 #include "harness.h"
 
+#include "../runtime/runtime.h"
+
 #include <CUnit/Basic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +33,7 @@ static void remove_storage(bool mpi)
     if (mpi)
         MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0 && storage[0]) {
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", storage);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", storage);
+        mt_test_rmtree(storage);
     }
 }
 void (*mt_test_before)(void);
@@ -157,4 +156,11 @@ int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests,
     if (mpi)
         mt_finalize();
     return failures ? 1 : 0;
+}
+
+void mt_test_rmtree(const char *dir)
+{
+    /* the library's own removal: a path never passes through a shell */
+    if (mt__rmtree(dir) != MT_OK)
+        fprintf(stderr, "could not remove %s: %s\n", dir, mt_last_error());
 }

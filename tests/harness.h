@@ -73,4 +73,7 @@ mt_test_layout mt_test_host_layout(void);
                                 __FILE__, "", CU_FALSE);                      \
     } while (0)
 
+/* Removes a test folder and everything in it (rank-local; no shell). */
+void mt_test_rmtree(const char *dir);
+
 #endif

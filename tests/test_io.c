@@ -533,10 +533,7 @@ static void make_dir(void)
 
 static void remove_dir(void)
 {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    mt_test_rmtree(dir);
 }
 
 static const mt_test tests[] = {

@@ -101,10 +101,7 @@ static void remove_files(void)
 {
     MPI_Barrier(MPI_COMM_WORLD);
     if (mt_test_rank() == 0) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", dir);
+        mt_test_rmtree(dir);
     }
 }
 
