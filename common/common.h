@@ -56,6 +56,11 @@ char *mt__strdup(const char *s);
 
 const char *mt__dtype_name(int dtype);
 const char *mt__op_name(int op);
+/* Convert n elements from one dtype to another in memory, by HDF5's rule for its native
+ * types, so a column converted here and one HDF5 converted as it read are the same:
+ * integers saturate at the target's limits, a floating value truncates toward zero and
+ * saturates (NaN becomes 0), a double beyond float's range becomes +-inf. */
+void mt__convert(void *dst, mt_dtype to, const void *src, mt_dtype from, size_t n);
 
 /* x as text that strtod reads back to x: the shortest of 15 or 17 significant digits,
  * always with a '.' or an exponent; "nan"/"inf" for those. Returns the length. */

@@ -309,35 +309,3 @@ int mt__h5group_read(mt__h5group *g, int col, const mt__run *runs, int nruns, mt
     UNLOCK();
     return rc;
 }
-
-#define CONVERT(TO, FROM)                                                     \
-    do {                                                                      \
-        TO *d_ = dst;                                                         \
-        const FROM *s_ = src;                                                 \
-        for (size_t i_ = 0; i_ < n; i_++)                                     \
-            d_[i_] = (TO)s_[i_];                                              \
-    } while (0)
-
-#define CONVERT_FROM(TO)                                                      \
-    switch (from) {                                                           \
-    case MT_U8: CONVERT(TO, uint8_t); break;                                  \
-    case MT_I32: CONVERT(TO, int32_t); break;                                 \
-    case MT_I64: CONVERT(TO, int64_t); break;                                 \
-    case MT_F32: CONVERT(TO, float); break;                                   \
-    case MT_F64: CONVERT(TO, double); break;                                  \
-    }
-
-void mt__convert(void *dst, mt_dtype to, const void *src, mt_dtype from, size_t n)
-{
-    if (to == from) {
-        memcpy(dst, src, n * mt_dtype_size(to));
-        return;
-    }
-    switch (to) {
-    case MT_U8: CONVERT_FROM(uint8_t); break;
-    case MT_I32: CONVERT_FROM(int32_t); break;
-    case MT_I64: CONVERT_FROM(int64_t); break;
-    case MT_F32: CONVERT_FROM(float); break;
-    case MT_F64: CONVERT_FROM(double); break;
-    }
-}

@@ -95,8 +95,6 @@ void mt__ckpt_index_free(mt__ckpt_index *ix);
 int mt__ckpt_open_array(hid_t f, const char *name, hid_t *out);
 void mt__ckpt_close_array(hid_t ds);
 
-/* Convert n elements. */
-void mt__convert(void *dst, mt_dtype to, const void *src, mt_dtype from, size_t n);
 
 /* Importers (local; write a new HDF5 file with /train and /test style groups). */
 typedef struct {

@@ -7,6 +7,8 @@
 
 #include "../runtime/runtime.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -536,6 +538,91 @@ static void remove_dir(void)
     mt_test_rmtree(dir);
 }
 
+/* The source element i of type `from` as a double (exact for every value used here). */
+static double as_double(const unsigned char *src, mt_dtype from, int i)
+{
+    double d;
+    mt__convert(&d, MT_F64, src + i * mt_dtype_size(from), from, 1);
+    return d;
+}
+
+/* mt__convert (an in-memory column conversion) against H5Tconvert (what a column gets when
+ * HDF5 converts it as it reads), for every pair of dtypes, on the values at and beyond each
+ * type's limits: both must give the same elements (NaN for NaN), except where HDF5 1.10's
+ * own hard conversion falls into the C cast's undefined behaviour, which it does for NaN
+ * (x86 gives INT_MIN) and for exactly 2^31 / 2^63 into i32 / i64 (its test is "> MAX" in
+ * the source type, where MAX rounds up to 2^k): there mt__convert gives 0 for NaN and the
+ * saturated MAX, HDF5's rule for every other value beyond the limit (and its soft
+ * conversion's for NaN). */
+static void test_convert_matches_hdf5(void)
+{
+    static const double edges[] = {0, 1, -1, 0.5, -0.5, 3.7, -3.7, 127, 128, 255, 255.5, 256, -256,
+                                   2147483647.0, 2147483648.0, -2147483648.0, -2147483649.0,
+                                   9007199254740993.0, 9.2233720368547758e18, -9.2233720368547758e18,
+                                   1e19, -1e19, FLT_MAX, -FLT_MAX, 3.4028235677973366e38,
+                                   1e39, -1e39, 1e300, -1e300, DBL_MAX, -DBL_MAX, INFINITY,
+                                   -INFINITY, NAN, FLT_MIN, 1e-40, -1e-300};
+    enum { NE = sizeof edges / sizeof edges[0], NX = 6, N = NE + NX };
+    static const int64_t extra[NX] = {INT64_MAX, INT64_MIN, INT64_MAX - 1, INT64_MIN + 1,
+                                      (int64_t)1 << 53 | 1, -((int64_t)1 << 62) - 1};
+    const mt_dtype types[] = {MT_U8, MT_I32, MT_I64, MT_F32, MT_F64};
+    int compared = 0;
+    for (int a = 0; a < 5; a++) {
+        mt_dtype from = types[a];
+        /* the edge values as the source type holds them (HDF5's own conversion from
+         * double), then int64 values a double cannot hold, as the source type holds them */
+        unsigned char src[N * 8], mine[N * 8], theirs[N * 8 * 2];
+        size_t es = mt_dtype_size(from);
+        memcpy(theirs, edges, sizeof edges);
+        CU_ASSERT_FATAL(H5Tconvert(H5T_NATIVE_DOUBLE, mt__h5_native(from), NE, theirs, NULL,
+                                   H5P_DEFAULT) >= 0);
+        memcpy(src, theirs, NE * es);
+        memcpy(theirs, extra, sizeof extra);
+        CU_ASSERT_FATAL(H5Tconvert(H5T_NATIVE_LLONG, mt__h5_native(from), NX, theirs, NULL,
+                                   H5P_DEFAULT) >= 0);
+        memcpy(src + NE * es, theirs, NX * es);
+        for (int b = 0; b < 5; b++) {
+            mt_dtype to = types[b];
+            size_t et = mt_dtype_size(to);
+            mt__convert(mine, to, src, from, N);
+            memcpy(theirs, src, N * es); /* H5Tconvert converts in place */
+            CU_ASSERT_FATAL(H5Tconvert(mt__h5_native(from), mt__h5_native(to), N, theirs, NULL,
+                                       H5P_DEFAULT) >= 0);
+            for (int i = 0; i < N; i++) {
+                const unsigned char *x = mine + i * et, *y = theirs + i * et;
+                double v = as_double(src, from, i);
+                bool hdf5_undefined = (from == MT_F32 || from == MT_F64) &&
+                                      (to == MT_I32 || to == MT_I64 || to == MT_U8) &&
+                                      (isnan(v) || (to == MT_I32 && v == 2147483648.0) ||
+                                       (to == MT_I64 && v == 9223372036854775808.0));
+                if (hdf5_undefined) {
+                    int64_t got = 0, want = isnan(v) ? 0 : to == MT_I32 ? INT32_MAX : INT64_MAX;
+                    mt__convert(&got, MT_I64, x, to, 1);
+                    CU_ASSERT_EQUAL(got, want);
+                    compared++;
+                    continue;
+                }
+                bool same = memcmp(x, y, et) == 0;
+                if (!same && to == MT_F32) {
+                    float fx, fy;
+                    memcpy(&fx, x, 4); memcpy(&fy, y, 4);
+                    same = isnan(fx) && isnan(fy);
+                } else if (!same && to == MT_F64) {
+                    double dx, dy;
+                    memcpy(&dx, x, 8); memcpy(&dy, y, 8);
+                    same = isnan(dx) && isnan(dy);
+                }
+                if (!same)
+                    fprintf(stderr, "convert %s -> %s: element %d differs from HDF5's\n",
+                            mt__dtype_name(from), mt__dtype_name(to), i);
+                CU_ASSERT(same);
+                compared++;
+            }
+        }
+    }
+    CU_ASSERT_EQUAL(compared, 25 * N);
+}
+
 static const mt_test tests[] = {
     {"idx_round_trip", test_idx_round_trip},
     {"idx_fashion_mnist", test_idx_fashion_mnist},
@@ -546,6 +633,7 @@ static const mt_test tests[] = {
     {"csv_out_of_float_range", test_csv_out_of_float_range},
     {"checkpoint_file_bounds", test_checkpoint_file_bounds},
     {"run_json_names", test_run_json_names},
+    {"convert_matches_hdf5", test_convert_matches_hdf5},
     {NULL, NULL},
 };
 
