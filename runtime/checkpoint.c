@@ -1189,9 +1189,10 @@ int mt_checkpoint_open(const char *path, mt_checkpoint **out)
     char dir[4096];
     int rc = mt__checkpoint_resolve("mt_checkpoint_open", path, dir, sizeof dir);
     mt_checkpoint *ck = NULL;
-    if (!rc)
-        rc = mt__checkpoint_open_stored(dir, &ck);
-    if (rc && rc != MT_ENOMEM && rc != MT_EINVAL)
+    if (rc)
+        return rc;
+    rc = mt__checkpoint_open_stored(dir, &ck);
+    if (rc && rc != MT_ENOMEM)
         rc = mt__error(MT_EFORMAT, "mt_checkpoint_open: %s is not a checkpoint: %s", path,
                        mt_last_error());
     if (!rc)

@@ -58,10 +58,13 @@ static json_t *build_row(mt_context *c, const char *all, const size_t *lens, mt_
         int n = 0;
         for (int r = 0; r < c->world_size; r++) {
             double v;
-            if (per[r] && mt_metrics_get_f64(per[r], e->key, &v) == MT_OK) {
+            /* NaN and infinities are no JSON number: the spread is over the finite values */
+            if (per[r] && mt_metrics_get_f64(per[r], e->key, &v) == MT_OK && isfinite(v)) {
                 mn = fmin(mn, v), mx = fmax(mx, v), sum += v, n++;
             }
         }
+        if (n == 0)
+            continue;
         if (json_object_set_new(spread, e->key, json_pack("{s:f, s:f, s:f, s:i}", "min", mn,
                                                           "mean", sum / n, "max", mx, "ranks", n)))
             ok = false;

@@ -248,10 +248,12 @@ static int resume_point(mt__rundir *run, const mt_run_config *cfg, json_t **out)
             snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[k].name);
         mt_checkpoint *stored = NULL;
         char *text = NULL;
-        if (!rc)
+        if (!rc) {
             rc = mt__checkpoint_open_stored(dir, &stored);
-        if (rc && from)
-            rc = mt__error(rc, "run.resume_from_checkpoint: %s", mt_last_error());
+            if (rc && rc != MT_ENOMEM && from)
+                rc = mt__error(MT_EFORMAT, "run.resume_from_checkpoint: %s is not a checkpoint: "
+                               "%s", from, mt_last_error());
+        }
         if (!rc && !(text = mt__checkpoint_describe(dir, &stored->index)))
             rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
         ck = text ? json_string(text) : NULL;
