@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     mt_checkpoint *ck;
@@ -131,8 +132,9 @@ static int kept_checkpoint(const char *path, const json_t *described, bool open_
             return rc;
     }
     /* its arrays are listed when the folder is readable here */
-    if (open_files && mt__checkpoint_open_stored(path, out) == MT_OK)
-        return MT_OK;
+    int rc = open_files ? mt__checkpoint_open_stored(path, out) : MT_EINVAL;
+    if (rc == MT_OK || rc == MT_ENOMEM) /* never a result quietly missing what it could hold */
+        return rc;
     *out = mt_checkpoint_new();
     if (*out && !((*out)->path = mt__strdup(path)))
         mt_checkpoint_free(out);
@@ -153,6 +155,8 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
         r->error = mt__strdup(error);
     if (last_row && (r->metrics = mt_metrics_new()))
         rc = mt__metrics_from_json(r->metrics, last_row);
+    if ((error && !r->error) || (last_row && !r->metrics)) /* never a result missing them */
+        rc = mt__error(MT_ENOMEM, "out of memory building a result");
     if (!rc)
         rc = build_rows(r, rows);
     mt__rundir run = {0};
@@ -161,9 +165,12 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
     r->attempts = run.attempts;
     mt_checkpoint_config cfg = {0};
     const char *attr = NULL, *order = NULL;
+    mt__json_watch();
     if (params)
         json_unpack((json_t *)params, "{s:{s:{s?s, s?s}}}", "run", "checkpoint",
                     "score_attribute", &attr, "score_order", &order);
+    if (!rc && mt__json_oom(NULL)) /* not the run's ordering: the wrong best */
+        rc = mt__error(MT_ENOMEM, "out of memory building a result");
     cfg.score_attribute = attr;
     cfg.score_order = order && !strcmp(order, "min") ? MT_ORDER_MIN : MT_ORDER_MAX;
     int *rank = calloc((size_t)(run.nkept ? run.nkept : 1), sizeof *rank);
@@ -171,7 +178,7 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
     if (!rc && (!rank || !r->best))
         rc = mt__error(MT_ENOMEM, "out of memory building a result");
     if (!rc)
-        mt__rank_kept(run.kept, run.nkept, &cfg, rank);
+        rc = mt__rank_kept(run.kept, run.nkept, &cfg, rank);
     for (int i = 0; !rc && i < run.nkept; i++) {
         const mt__kept *k = &run.kept[rank[i]];
         char path[4096];
@@ -201,6 +208,21 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
     return MT_OK;
 }
 
+/* A JSON file in *out: MT_ENOTFOUND when absent, MT_EFORMAT when not JSON (err says
+ * where), MT_ENOMEM (recorded) when reading it ran out of memory. */
+static int load_json(const char *path, json_t **out, json_error_t *err)
+{
+    mt__json_watch();
+    *out = json_load_file(path, 0, err);
+    bool exists = *out || access(path, F_OK) == 0;
+    if (exists && mt__json_oom(*out ? NULL : err)) { /* even a parse that succeeded may lack a key */
+        json_decref(*out);
+        *out = NULL;
+        return mt__error(MT_ENOMEM, "out of memory reading %s", path);
+    }
+    return *out ? MT_OK : exists ? MT_EFORMAT : MT_ENOTFOUND;
+}
+
 int mt_result_load(const char *dir, mt_result **out)
 {
     if (!dir || !out)
@@ -212,17 +234,21 @@ int mt_result_load(const char *dir, mt_result **out)
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
     json_error_t err;
-    json_t *run = json_load_file(path, 0, &err);
-    if (!run) {
-        FILE *f = fopen(path, "r");
-        if (f)
-            fclose(f);
-        return f ? mt__error(MT_EFORMAT, "%s: corrupt (line %d: %s)", path, err.line, err.text)
-                 : mt__error(MT_ENOTFOUND, "%s is not a run directory (no run.json)", dir);
-    }
+    json_t *run = NULL, *params = NULL;
+    int rc = load_json(path, &run, &err);
+    if (rc)
+        return rc == MT_ENOMEM ? rc
+               : rc == MT_EFORMAT ? mt__error(MT_EFORMAT, "%s: corrupt (line %d: %s)", path,
+                                              err.line, err.text)
+                                  : mt__error(MT_ENOTFOUND, "%s is not a run directory (no "
+                                                            "run.json)", dir);
     snprintf(path, sizeof path, "%s/params.json", dir);
-    json_t *params = json_load_file(path, 0, &err);
-    int rc = MT_OK;
+    rc = load_json(path, &params, &err); /* missing or corrupt: the default ordering */
+    if (rc == MT_ENOMEM) {
+        json_decref(run);
+        return rc;
+    }
+    rc = MT_OK;
     json_t *rows = mt__run_read_rows(dir, &rc);
     json_t *row = json_array_size(rows) ? json_array_get(rows, json_array_size(rows) - 1) : NULL;
     if (rc) {
@@ -286,32 +312,33 @@ int mt_result_best_checkpoint(const mt_result *r, const char *metric, mt_order m
     int64_t best_index = -1;
     double best_v = 0;
     for (size_t i = 0; i < r->nbest; i++) {
-        double v;
         int64_t index = 0;
         const char *name = r->best[i].ck->path ? strrchr(r->best[i].ck->path, '/') : NULL;
         if (name)
             sscanf(name, "/checkpoint_%" SCNd64, &index);
-        if (mt_metrics_get_f64(r->best[i].metrics, metric, &v) != MT_OK || isnan(v))
+        const mt__metric *e = mt__metrics_find(r->best[i].metrics, metric);
+        if (!e || e->type == MT__METRIC_STR)
+            continue;
+        double v = e->type == MT__METRIC_F64 ? e->f : (double)e->i;
+        if (isnan(v))
             continue;
         bool better = best < 0 || (mode == MT_ORDER_MAX ? v > best_v : v < best_v) ||
                       (v == best_v && index > best_index);
         if (better)
             best = (long)i, best_v = v, best_index = index;
     }
-    mt__error_clear();
     if (best < 0) {
         char keys[1024] = "";
         size_t n = 0;
-        for (size_t i = 0; i < r->nbest && n < sizeof keys - 1; i++)
-            for (int k = 0; k < r->best[i].metrics->n && n < sizeof keys - 1; k++) {
+        for (size_t i = 0; i < r->nbest && n < sizeof keys; i++)
+            for (int k = 0; k < r->best[i].metrics->n && n < sizeof keys; k++) {
                 const char *key = r->best[i].metrics->e[k].key;
-                char quoted[300];
-                snprintf(quoted, sizeof quoted, "%s, ", key);
-                if (!strstr(keys, quoted))
-                    n += (size_t)snprintf(keys + n, sizeof keys - n, "%s", quoted);
+                bool seen = false; /* in an earlier checkpoint's report */
+                for (size_t j = 0; j < i && !seen; j++)
+                    seen = mt__metrics_find(r->best[j].metrics, key) != NULL;
+                if (!seen)
+                    n += (size_t)snprintf(keys + n, sizeof keys - n, "%s%s", n ? ", " : "", key);
             }
-        if (n >= 2 && n < sizeof keys)
-            keys[n - 2] = '\0';
         return mt__error(MT_ENOTFOUND, "mt_result_best_checkpoint: no kept checkpoint of %s "
                          "was reported with a numeric \"%s\" (its reports have: %s)", r->path,
                          metric, keys);

@@ -118,8 +118,9 @@ void mt__run_reap_wait(mt__rundir *r);
 int mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,
                   bool *drop);
 
-/* Positions of kept entries, best first (newest first without a score attribute). */
-void mt__rank_kept(const mt__kept *kept, int n, const mt_checkpoint_config *cfg, int *order);
+/* Positions of kept entries, best first (newest first without a score attribute);
+ * MT_ENOMEM when out of memory. */
+int mt__rank_kept(const mt__kept *kept, int n, const mt_checkpoint_config *cfg, int *order);
 
 /* ------------------------------------------------------------ results */
 /* Build a result from run.json, the last reported row (may be NULL), the history (a JSON

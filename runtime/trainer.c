@@ -446,27 +446,38 @@ static void finish_run(mt_context *ctx, const char *status, const char *error)
         fprintf(stderr, "mpitrain: %s\n", mt_last_error());
 }
 
-/* Rank 0: descriptions of the kept checkpoints (name -> text), so that every rank's result
- * knows their arrays and metadata; one that cannot be opened is left out (known by path). */
-static json_t *describe_kept(const mt__rundir *run)
+/* Rank 0: descriptions of the kept checkpoints (name -> text) in *out, so that every
+ * rank's result knows their arrays and metadata; one that cannot be opened is left out
+ * (known by path, as without its files). MT_ENOMEM when memory ran out. */
+static int describe_kept(const mt__rundir *run, json_t **out)
 {
+    char saved[MT__MSG_LEN]; /* the fit's error stays this thread's last one */
+    snprintf(saved, sizeof saved, "%s", mt_last_error());
     json_t *d = json_object();
-    for (int i = 0; d && i < run->nkept; i++) {
+    int rc = d ? MT_OK : MT_ENOMEM;
+    for (int i = 0; !rc && i < run->nkept; i++) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[i].name);
         mt_checkpoint *ck = NULL;
-        if (mt__checkpoint_open_stored(dir, &ck) != MT_OK)
+        rc = mt__checkpoint_open_stored(dir, &ck);
+        if (rc) {
+            rc = rc == MT_ENOMEM ? rc : MT_OK;
             continue;
+        }
         char *text = mt__checkpoint_describe(dir, &ck->index);
         mt_checkpoint_free(&ck);
-        if (!text || json_object_set_new(d, run->kept[i].name, json_string(text))) {
-            json_decref(d); /* out of memory: none rather than some missing */
-            d = NULL;
-        }
+        if (!text || json_object_set_new(d, run->kept[i].name, json_string(text)))
+            rc = MT_ENOMEM;
         free(text);
     }
-    mt__error_clear();
-    return d;
+    if (rc) {
+        json_decref(d);
+        d = NULL;
+        return mt__error(MT_ENOMEM, "out of memory describing the checkpoints of %s", run->dir);
+    }
+    mt__error_set_text(saved);
+    *out = d;
+    return MT_OK;
 }
 
 static int build_result(mt_context *ctx, const mt_trainer *t, const char *error, mt_result **out)
@@ -475,9 +486,11 @@ static int build_result(mt_context *ctx, const mt_trainer *t, const char *error,
     int rc = MT_OK;
     if (ctx->world_rank == 0) {
         json_t *last = ctx->last_metrics ? mt__metrics_to_json(ctx->last_metrics) : json_null();
-        json_t *rows = mt__run_read_rows(ctx->run_dir, &rc);
+        json_t *rows = mt__run_read_rows(ctx->run_dir, &rc), *described = NULL;
+        if (!rc)
+            rc = describe_kept(ctx->run, &described);
         all = json_pack("{s:o, s:o, s:o*, s:o*, s:o}", "run", mt__run_to_json(ctx->run), "last",
-                        last, "rows", rows, "described", describe_kept(ctx->run), "params",
+                        last, "rows", rows, "described", described, "params",
                         mt__params_json(&t->cfg, ctx->world_size));
     }
     rc = agreed(ctx, rc); /* result.json unreadable on rank 0: every rank's error */

@@ -592,6 +592,71 @@ static void test_resume_from_checkpoint(void)
     MT_ASSERT_INT_EQ(argc, 2);
 }
 
+/* A trainable started from another run's checkpoint: load sees it, the new run counts its
+ * own iterations from 0 (the checkpoint's mt.training_iteration and mt.done are the other
+ * run's). */
+typedef struct {
+    double w;
+    int loads, steps;
+    int64_t first;
+} counter;
+
+static int tr_step(mt_context *c, void *user, mt_metrics *out)
+{
+    counter *k = user;
+    if (k->steps++ == 0)
+        k->first = mt_training_iteration(c) + 1;
+    k->w += 1;
+    return mt_metrics_set_f64(out, "w", k->w);
+}
+
+static int tr_save(mt_context *c, void *user, mt_checkpoint *ck)
+{
+    counter *k = user;
+    return mt_checkpoint_put(ck, "w", MT_F64, 1, (size_t[]){1}, &k->w, MT_REPLICATED);
+}
+
+static int tr_load(mt_context *c, void *user, const mt_checkpoint *ck)
+{
+    counter *k = user;
+    k->loads++;
+    return mt_checkpoint_get(ck, "w", MT_F64, &k->w, 1);
+}
+
+static int tr_fit(mt_trainer_config cfg, int64_t iterations, counter *k)
+{
+    mt_trainable tr = {.step = tr_step, .save = tr_save, .load = tr_load,
+                       .max_iterations = iterations};
+    mt_trainer *t = NULL;
+    CU_ASSERT_EQUAL_FATAL(mt_trainer_create_trainable(&t, &tr, k, &cfg), MT_OK);
+    int rc = mt_trainer_fit(t, NULL);
+    mt_trainer_destroy(&t);
+    return rc;
+}
+
+static void test_trainable_resumes_from_checkpoint(void)
+{
+    mt_trainer_config cfg = config("tr_src");
+    cfg.run.checkpoint.at_end = true; /* mt.done "1" at iteration 5 */
+    counter src = {0};
+    MT_ASSERT_INT_EQ(tr_fit(cfg, 5, &src), MT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(src.w, 5, 0);
+    char from[1200];
+    snprintf(from, sizeof from, "%s/checkpoint_000000", run_dir("tr_src"));
+    cfg = config("tr_dst");
+    cfg.run.resume_from_checkpoint = from;
+    counter dst = {0};
+    MT_ASSERT_INT_EQ(tr_fit(cfg, 3, &dst), MT_OK);
+    MT_ASSERT_INT_EQ(dst.loads, 1);
+    MT_ASSERT_INT_EQ(dst.steps, 3);
+    MT_ASSERT_INT_EQ(dst.first, 1);
+    CU_ASSERT_DOUBLE_EQUAL(dst.w, 8, 0); /* 5 from the source, 3 more steps */
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(mt_result_load(run_dir("tr_dst"), &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_result_num_rows(res), 3);
+    mt_result_free(&res);
+}
+
 /* ------------------------------------------------------------ score attribute */
 
 static int reports_loss(mt_context *c, void *arg)
@@ -746,6 +811,7 @@ static const mt_test tests[] = {
     {"typed_metadata", test_typed_metadata},
     {"open_by_path", test_open_by_path},
     {"resume_from_checkpoint", test_resume_from_checkpoint},
+    {"trainable_resumes_from_checkpoint", test_trainable_resumes_from_checkpoint},
     {"score_attribute_must_be_reported", test_score_attribute_must_be_reported},
     {"counters_across_restarts", test_counters_across_restarts},
     {NULL, NULL},
