@@ -446,7 +446,7 @@ static void test_load_and_open(void)
     CU_ASSERT_EQUAL_FATAL(mt_result_load(dir, &r), MT_OK);
     snprintf(path, sizeof path, "%s", mt_checkpoint_path(mt_result_checkpoint(r)));
     mt_result_free(&r);
-    chaos_case load = {"mt_result_load", NULL, load_op, load_op, LOCAL, 0};
+    chaos_case load = {"mt_result_load", NULL, load_op, load_op, LOCAL, 100};
     expect_injected(load.what, chaos_loop(NULL, &load, dir));
     chaos_case open = {"mt_checkpoint_open", NULL, open_ck_op, open_ck_op, LOCAL, 0};
     expect_injected(open.what, chaos_loop(NULL, &open, path));
