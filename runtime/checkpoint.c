@@ -392,57 +392,62 @@ int mt_checkpoint_get_meta_f64(const mt_checkpoint *ck, const char *key, double 
     return rc;
 }
 
+/* What a stored checkpoint lists: its arrays, metadata keys, files (a builder's files are
+ * sources, not yet stored: not listed). */
+enum { LIST_ARRAYS, LIST_META, LIST_FILES };
+static const char *const list_fn[][2] = {{"mt_checkpoint_array_name", "arrays"},
+                                         {"mt_checkpoint_meta_key", "keys"},
+                                         {"mt_checkpoint_file_name", "files"}};
+
+static int list_count(const mt_checkpoint *ck, int which)
+{
+    return which == LIST_ARRAYS ? ck->index.n
+           : which == LIST_META ? ck->index.nmeta
+           : ck->path           ? ck->nfiles : 0;
+}
+
+/* The listing getters' common part: ck is live (checked before it is read) and i is in
+ * range; else recorded, naming the getter. */
+static bool listed_ok(const mt_checkpoint *ck, size_t i, int which)
+{
+    if (!ck_ok(ck, list_fn[which][0]))
+        return false;
+    int n = list_count(ck, which);
+    if (i < (size_t)n)
+        return true;
+    mt__error(MT_EINVAL, "%s: index %zu out of range (%d %s)", list_fn[which][0], i, n,
+              list_fn[which][1]);
+    return false;
+}
+
 size_t mt_checkpoint_num_arrays(const mt_checkpoint *ck)
 {
-    return ck_ok(ck, "mt_checkpoint_num_arrays") ? (size_t)ck->index.n : 0;
+    return ck_ok(ck, "mt_checkpoint_num_arrays") ? (size_t)list_count(ck, LIST_ARRAYS) : 0;
 }
 
 const char *mt_checkpoint_array_name(const mt_checkpoint *ck, size_t i)
 {
-    if (!ck_ok(ck, "mt_checkpoint_array_name"))
-        return NULL;
-    if (i >= (size_t)ck->index.n) {
-        mt__error(MT_EINVAL, "mt_checkpoint_array_name: index %zu out of range (%d arrays)", i,
-                  ck->index.n);
-        return NULL;
-    }
-    return ck->index.arrays[i].name;
+    return listed_ok(ck, i, LIST_ARRAYS) ? ck->index.arrays[i].name : NULL;
 }
 
 size_t mt_checkpoint_num_meta(const mt_checkpoint *ck)
 {
-    return ck_ok(ck, "mt_checkpoint_num_meta") ? (size_t)ck->index.nmeta : 0;
+    return ck_ok(ck, "mt_checkpoint_num_meta") ? (size_t)list_count(ck, LIST_META) : 0;
 }
 
 const char *mt_checkpoint_meta_key(const mt_checkpoint *ck, size_t i)
 {
-    if (!ck_ok(ck, "mt_checkpoint_meta_key"))
-        return NULL;
-    if (i >= (size_t)ck->index.nmeta) {
-        mt__error(MT_EINVAL, "mt_checkpoint_meta_key: index %zu out of range (%d keys)", i,
-                  ck->index.nmeta);
-        return NULL;
-    }
-    return ck->index.meta_keys[i];
+    return listed_ok(ck, i, LIST_META) ? ck->index.meta_keys[i] : NULL;
 }
 
-/* A stored checkpoint's files are in its folder; the builder's (ck->files) are not
- * listed: they are sources, not yet stored. */
 size_t mt_checkpoint_num_files(const mt_checkpoint *ck)
 {
-    return ck_ok(ck, "mt_checkpoint_num_files") && ck->path ? (size_t)ck->nfiles : 0;
+    return ck_ok(ck, "mt_checkpoint_num_files") ? (size_t)list_count(ck, LIST_FILES) : 0;
 }
 
 const char *mt_checkpoint_file_name(const mt_checkpoint *ck, size_t i)
 {
-    if (!ck_ok(ck, "mt_checkpoint_file_name"))
-        return NULL;
-    if (!ck->path || i >= (size_t)ck->nfiles) {
-        mt__error(MT_EINVAL, "mt_checkpoint_file_name: index %zu out of range (%d files)", i,
-                  ck->path ? ck->nfiles : 0);
-        return NULL;
-    }
-    return ck->files[i].name;
+    return listed_ok(ck, i, LIST_FILES) ? ck->files[i].name : NULL;
 }
 
 const char *mt_checkpoint_path(const mt_checkpoint *ck)

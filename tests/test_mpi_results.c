@@ -461,7 +461,17 @@ static void test_open_by_path(void)
     mt_checkpoint *b = mt_checkpoint_new();
     MT_ASSERT_INT_EQ(mt_checkpoint_num_files(b), 0);
     CU_ASSERT_PTR_NULL(mt_checkpoint_file_name(b, 0));
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_checkpoint_file_name: index 0 out of range (0 files)");
+    /* a freed one is refused, never read (the sanitizer build would see a read) */
+    const mt_checkpoint *gone = b;
     mt_checkpoint_free(&b);
+    MT_ASSERT_INT_EQ(mt_checkpoint_num_arrays(gone), 0);
+    CU_ASSERT_PTR_NULL(mt_checkpoint_array_name(gone, 0));
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_checkpoint_array_name: not a live checkpoint");
+    CU_ASSERT_PTR_NULL(mt_checkpoint_meta_key(gone, 0));
+    CU_ASSERT_PTR_NULL(mt_checkpoint_file_name(gone, 0));
+    int64_t v = 0;
+    MT_ASSERT_INT_EQ(mt_checkpoint_get_meta_i64(gone, "k", &v), MT_EINVAL);
     barrier();
     if (R() == 0) { /* a damaged index: still named */
         char bad[1200];
