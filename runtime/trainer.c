@@ -472,7 +472,6 @@ static int describe_kept(const mt__rundir *run, json_t **out)
     }
     if (rc) {
         json_decref(d);
-        d = NULL;
         return mt__error(MT_ENOMEM, "out of memory describing the checkpoints of %s", run->dir);
     }
     mt__error_set_text(saved);
