@@ -486,6 +486,8 @@ static int build_result(mt_context *ctx, const mt_trainer *t, const char *error,
     if (ctx->world_rank == 0) {
         json_t *last = ctx->last_metrics ? mt__metrics_to_json(ctx->last_metrics) : json_null();
         json_t *rows = mt__run_read_rows(ctx->run_dir, &rc), *described = NULL;
+        if (!rc && mt__test_fail("result-rows", 0))
+            rc = mt__error(MT_EIO, "%s/result.json: cannot read (test failure)", ctx->run_dir);
         if (!rc)
             rc = describe_kept(ctx->run, &described);
         all = json_pack("{s:o, s:o, s:o*, s:o*, s:o}", "run", mt__run_to_json(ctx->run), "last",
@@ -497,12 +499,15 @@ static int build_result(mt_context *ctx, const mt_trainer *t, const char *error,
         rc = share_json(ctx, &all);
     if (!rc) {
         json_t *last = json_object_get(all, "last");
-        rc = agreed(ctx, mt__result_build(ctx->run_dir, json_object_get(all, "run"),
-                                          json_is_object(last) ? last : NULL,
-                                          json_object_get(all, "rows"),
-                                          json_object_get(all, "described"),
-                                          json_object_get(all, "params"), error,
-                                          ctx->world_rank == 0, out));
+        rc = mt__test_fail("result-build", ctx->world_rank)
+                 ? mt__error(MT_ENOMEM, "out of memory building a result (test failure)")
+                 : mt__result_build(ctx->run_dir, json_object_get(all, "run"),
+                                    json_is_object(last) ? last : NULL,
+                                    json_object_get(all, "rows"),
+                                    json_object_get(all, "described"),
+                                    json_object_get(all, "params"), error,
+                                    ctx->world_rank == 0, out);
+        rc = agreed(ctx, rc);
         if (rc)
             mt_result_free(out);
     }

@@ -815,6 +815,33 @@ static void test_counters_across_restarts(void)
     }
 }
 
+/* ------------------------------------------------------------ one rank fails */
+
+/* Building the result fails on one rank only (reading result.json on rank 0, or the
+ * result itself on any rank): every rank returns, the failing one its error, the others
+ * MT_EPEER, none with a result, none waiting. */
+static void test_result_fails_on_one_rank(void)
+{
+    char spec[64];
+    for (int victim = 0; victim <= P(); victim++) {
+        bool rows = victim == P(); /* the last turn: rank 0's read of result.json */
+        if (rows)
+            snprintf(spec, sizeof spec, "result-rows:0");
+        else
+            snprintf(spec, sizeof spec, "result-build:%d", victim);
+        setenv("MT_TEST_FAIL_AT", spec, 1);
+        char name[64];
+        snprintf(name, sizeof name, "one_fails_%d", victim);
+        mt_result *res = (mt_result *)1;
+        int rc = fit(config(name), four_reports, NULL, &res);
+        unsetenv("MT_TEST_FAIL_AT");
+        int who = rows ? 0 : victim;
+        MT_ASSERT_INT_EQ(rc, R() == who ? (rows ? MT_EIO : MT_ENOMEM) : MT_EPEER);
+        CU_ASSERT_PTR_NULL(res);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "(test failure)"); /* the others name it too */
+    }
+}
+
 static const mt_test tests[] = {
     {"history_from_fit_and_load", test_history_from_fit_and_load},
     {"best_checkpoint_by_any_metric", test_best_checkpoint_by_any_metric},
@@ -824,6 +851,7 @@ static const mt_test tests[] = {
     {"trainable_resumes_from_checkpoint", test_trainable_resumes_from_checkpoint},
     {"score_attribute_must_be_reported", test_score_attribute_must_be_reported},
     {"counters_across_restarts", test_counters_across_restarts},
+    {"result_fails_on_one_rank", test_result_fails_on_one_rank},
     {NULL, NULL},
 };
 
