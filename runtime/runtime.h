@@ -48,6 +48,9 @@ int mt__metrics_copy(mt_metrics *dst, const mt_metrics *src);
 int mt__metrics_encode(const mt_metrics *m, char **out, size_t *len);
 int mt__metrics_decode(mt_metrics *m, const char *b, size_t len);
 json_t *mt__metrics_to_json(const mt_metrics *m);
+/* The numbers and strings of a JSON object (a result.json row, run.json's metrics); keys
+ * no metric can have (empty, over 255 bytes, control characters: a hand-edited file) and
+ * other values are passed over. MT_ENOMEM when out of memory. */
 int mt__metrics_from_json(mt_metrics *m, const json_t *o);
 
 /* ------------------------------------------------------------ run directory (rank 0) */

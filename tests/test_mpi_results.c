@@ -135,14 +135,21 @@ static void test_history_from_fit_and_load(void)
     CU_ASSERT_PTR_NULL(mt_result_column(NULL, 0));
     MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_result_column: result is NULL");
     barrier();
-    if (R() == 0) { /* the stored log is authoritative: a torn last line is not a row */
+    if (R() == 0) { /* the stored log is authoritative: a torn last line is not a row, a
+                     * hand-edited key no metric can have is passed over */
         FILE *f = fopen(run_file("history", "result.json"), "a");
         if (f) {
-            fputs("{\"loss\":9,\"training_iteration\":5", f);
+            fputs("{\"loss\":7,\"a\\nb\":1,\"training_iteration\":5}\n", f);
+            fputs("{\"loss\":9,\"training_iteration\":6", f);
             fclose(f);
         }
         MT_ASSERT_INT_EQ(mt_result_load(run_dir("history"), &res), MT_OK);
-        MT_ASSERT_INT_EQ(mt_result_num_rows(res), 4);
+        MT_ASSERT_INT_EQ(mt_result_num_rows(res), 5);
+        const mt_metrics *row = mt_result_row(res, 4);
+        double loss = 0;
+        MT_ASSERT_INT_EQ(mt_metrics_get_f64(row, "loss", &loss), MT_OK);
+        CU_ASSERT_DOUBLE_EQUAL(loss, 7, 0);
+        MT_ASSERT_INT_EQ(mt_metrics_count(row), 2);
         mt_result_free(&res);
     }
 }
