@@ -149,6 +149,13 @@ typedef struct {
     mt_failure_config failure;
     bool overwrite; /* a finished run of the same name is replaced instead of refused */
     bool trace; /* each rank writes a timeline to <run>/trace/rank_<R>.json (also MT_TRACE=1) */
+    /* A checkpoint folder (of another run, or mt_checkpoint_open's) a new run starts from:
+     * mt_get_checkpoint gives it to the training function (a trainable's load) when the
+     * run has no checkpoint of its own yet; once the run has committed one, its own latest
+     * wins (as Ray's resume_from_checkpoint). The run's training_iteration still starts at
+     * 0. NULL = none. A path that is not a checkpoint is MT_EFORMAT (MT_EINVAL when the
+     * path is empty or too long) on every rank before the function runs. */
+    const char *resume_from_checkpoint;
 } mt_run_config;
 
 typedef struct {
@@ -171,7 +178,7 @@ MT_EXTERN int mt_config_validate(const mt_trainer_config *cfg);
  *   --name, --storage-path, --num-workers, --cpus-per-worker, --max-failures,
  *   --num-to-keep, --checkpoint-score-attribute, --checkpoint-score-order max|min,
  *   --checkpoint-frequency, --checkpoint-at-end, --stall-warn, --stall-timeout,
- *   --verbose, --trace, --help.
+ *   --resume-from-checkpoint, --verbose, --trace, --help.
  * --help is left in argv: the program prints its usage (with mt_config_usage) and exits. A malformed value is MT_EINVAL naming the option.
  * String fields point into argv or the environment. */
 MT_EXTERN int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv);
@@ -383,7 +390,13 @@ MT_EXTERN void mt_checkpoint_free(mt_checkpoint **ck);
  * may differ per rank, the other dims may not); stored as one array in rank order. */
 MT_EXTERN int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
                                 const size_t *dims, const void *data, mt_layout layout);
+/* Local. Metadata: a key (1 to 255 bytes, no control characters) holds a string, a 64-bit
+ * integer or a double (stored as an HDF5 attribute of that type). Setting a key again
+ * replaces its value and type. MT_EINVAL for a NULL checkpoint, key or value, a bad key,
+ * or a stored (read-only) checkpoint. */
 MT_EXTERN int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value);
+MT_EXTERN int mt_checkpoint_set_meta_i64(mt_checkpoint *ck, const char *key, int64_t value);
+MT_EXTERN int mt_checkpoint_set_meta_f64(mt_checkpoint *ck, const char *key, double value);
 /* Local. A file (any format) copied into the checkpoint as NAME; a file given on rank
  * r > 0 is carried to rank 0 over MPI and stored as rank<r>/NAME. MT_EINVAL for a NAME
  * added already, a NAME that would leave or clash inside the folder (empty, '/', leading
@@ -400,9 +413,35 @@ MT_EXTERN int mt_checkpoint_dims(const mt_checkpoint *ck, const char *name, int 
  * whole array). count is the number of elements out holds. */
 MT_EXTERN int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t,
                                 void *out, size_t count);
+/* Local. A string key's value; NULL when the key is absent, holds a number (mt_last_error
+ * names its type and the getter to use) or ck or key is NULL. */
 MT_EXTERN const char *mt_checkpoint_get_meta(const mt_checkpoint *ck, const char *key);
+/* Local. A number key's value: MT_ENOTFOUND when the key is absent; MT_EINVAL when it holds
+ * another type (an integer is read with _i64, a double with _f64, a string with
+ * mt_checkpoint_get_meta: no conversion), or ck, key or out is NULL. */
+MT_EXTERN int mt_checkpoint_get_meta_i64(const mt_checkpoint *ck, const char *key, int64_t *out);
+MT_EXTERN int mt_checkpoint_get_meta_f64(const mt_checkpoint *ck, const char *key, double *out);
 /* The checkpoint's folder (NULL for one not yet committed). */
 MT_EXTERN const char *mt_checkpoint_path(const mt_checkpoint *ck);
+
+/* Local, no run and no MPI collective needed (like Ray's Checkpoint.from_directory): open
+ * the checkpoint folder at path (one a run committed: checkpoint.h5 inside) and read its
+ * index (arrays, metadata) and file list, every stored check compared. *out is owned
+ * (mt_checkpoint_free); mt_checkpoint_get then reads a whole array on this rank.
+ * MT_EINVAL for a NULL argument; MT_EFORMAT naming the path when it is not a checkpoint
+ * (missing, not a folder, no checkpoint.h5, a damaged index). */
+MT_EXTERN int mt_checkpoint_open(const char *path, mt_checkpoint **out);
+/* Local. A stored checkpoint's arrays (in name order), metadata keys (in name order) and
+ * files (those given to mt_checkpoint_add_file: rank 0's as NAME, rank r's as
+ * rankR/NAME; listed by mt_checkpoint_open, the full path is mt_checkpoint_path/NAME);
+ * 0 / NULL (and mt_last_error) for a checkpoint being built, an index out of range or
+ * NULL. */
+MT_EXTERN size_t mt_checkpoint_num_arrays(const mt_checkpoint *ck);
+MT_EXTERN const char *mt_checkpoint_array_name(const mt_checkpoint *ck, size_t i);
+MT_EXTERN size_t mt_checkpoint_num_meta(const mt_checkpoint *ck);
+MT_EXTERN const char *mt_checkpoint_meta_key(const mt_checkpoint *ck, size_t i);
+MT_EXTERN size_t mt_checkpoint_num_files(const mt_checkpoint *ck);
+MT_EXTERN const char *mt_checkpoint_file_name(const mt_checkpoint *ck, size_t i);
 
 /* ---------------------------------------------------------------- result */
 
@@ -414,13 +453,35 @@ MT_EXTERN const char *mt_result_path(const mt_result *r);
 MT_EXTERN int mt_result_attempts(const mt_result *r);
 /* Local. The last reported metrics (rank 0's, with the automatic keys); NULL if none. */
 MT_EXTERN const mt_metrics *mt_result_metrics(const mt_result *r);
-/* Local. The latest checkpoint; NULL if none. */
+/* Local. The latest checkpoint; NULL if none. On every rank its path, arrays, shapes and
+ * metadata are known; mt_checkpoint_get reads the files, so it works where the run's
+ * storage is readable. */
 MT_EXTERN const mt_checkpoint *mt_result_checkpoint(const mt_result *r);
 /* Local. Kept checkpoints, best first by checkpoint.score_attribute (newest first
  * without one), with the metrics reported with each. */
 MT_EXTERN size_t mt_result_num_best(const mt_result *r);
 MT_EXTERN const mt_checkpoint *mt_result_best(const mt_result *r, size_t i,
                                               const mt_metrics **metrics);
+/* Local. The kept checkpoint whose report has the highest (MT_ORDER_MAX) or lowest
+ * (MT_ORDER_MIN) numeric value of `metric`, any reported key (automatic ones included),
+ * whatever checkpoint.score_attribute says (Ray's Result.get_best_checkpoint). Ties go
+ * to the newer checkpoint; reports where the value is NaN or a string are passed over.
+ * *ck (and *metrics, when not NULL: the metrics reported with it) are borrowed from r.
+ * MT_EINVAL for NULL r, metric or ck, or a mode that is neither; MT_ENOTFOUND when no
+ * checkpoint is kept, or when no kept checkpoint's report has `metric` as a number
+ * (mt_last_error names the metric and the keys that were reported). */
+MT_EXTERN int mt_result_best_checkpoint(const mt_result *r, const char *metric, mt_order mode,
+                                        const mt_checkpoint **ck, const mt_metrics **metrics);
+/* Local. The run's metrics history (Ray's Result.metrics_dataframe): every row of
+ * result.json, the stored log, in order (a resumed run's redone iterations once, as
+ * redone), each with the keys reported in it, numbers and strings, the automatic keys
+ * included (the per-rank spread is not a column). Columns: every key of any row, in
+ * order of first appearance; a row lacks the keys it did not report. Borrowed from r;
+ * NULL (and mt_last_error) for NULL r or an index out of range. */
+MT_EXTERN size_t mt_result_num_rows(const mt_result *r);
+MT_EXTERN const mt_metrics *mt_result_row(const mt_result *r, size_t i);
+MT_EXTERN size_t mt_result_num_columns(const mt_result *r);
+MT_EXTERN const char *mt_result_column(const mt_result *r, size_t i);
 /* Local. Rebuild a result from a run directory on disk (like Result.from_path). */
 MT_EXTERN int mt_result_load(const char *run_dir, mt_result **out);
 MT_EXTERN void mt_result_free(mt_result **r);

@@ -1,8 +1,9 @@
 /*
  * ckpt.c -- checkpoint.h5: one HDF5 dataset per array (global shape, rows written in
  * pieces), with attributes layout, crc32 (of the array's bytes in row order), offsets
- * (row offset of each rank's part, sharded arrays) and string metadata on the root group
- * as "meta:KEY". Serial HDF5, rank 0 only.
+ * (row offset of each rank's part, sharded arrays) and metadata on the root group as
+ * "meta:KEY" (a fixed-length string, a 64-bit integer or a double). Serial HDF5, rank 0
+ * only.
  *
  * The bytes are not all that decides what a rank gets back: the name it is found by,
  * the dtype, the shape, the layout and the row offsets do too, and a damaged one would
@@ -255,15 +256,28 @@ int mt__ckpt_finish_array(hid_t ds, int layout, uint32_t crc, const int64_t *off
 
 int mt__ckpt_set_meta(hid_t f, const char *key, const char *value)
 {
+    return mt__ckpt_set_meta_typed(f, key, MT__META_STR, value);
+}
+
+int mt__ckpt_set_meta_typed(hid_t f, const char *key, int type, const char *value)
+{
     char name[300];
     snprintf(name, sizeof name, "meta:%s", key);
+    int64_t i = type == MT__META_I64 ? strtoll(value, NULL, 10) : 0;
+    double d = type == MT__META_F64 ? strtod(value, NULL) : 0;
+    const void *buf = type == MT__META_I64 ? (const void *)&i
+                      : type == MT__META_F64 ? (const void *)&d : (const void *)value;
     mt__h5_lock();
-    hid_t st = H5Tcopy(H5T_C_S1);
-    H5Tset_size(st, strlen(value) + 1);
+    hid_t st = type == MT__META_I64 ? H5Tcopy(H5T_STD_I64LE)
+               : type == MT__META_F64 ? H5Tcopy(H5T_IEEE_F64LE) : H5Tcopy(H5T_C_S1);
+    if (type == MT__META_STR)
+        H5Tset_size(st, strlen(value) + 1);
+    hid_t mem = type == MT__META_I64 ? H5T_NATIVE_INT64 : type == MT__META_F64 ? H5T_NATIVE_DOUBLE
+                                                                            : st;
     hid_t sp = H5Screate(H5S_SCALAR);
     errno = 0;
     hid_t a = H5Acreate2(f, name, st, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t e = a < 0 ? -1 : H5Awrite(a, st, value);
+    herr_t e = a < 0 ? -1 : H5Awrite(a, mem, buf);
     char why[256] = "", file[1024] = "";
     if (e < 0) {
         why_failed(why, sizeof why, errno);
@@ -470,30 +484,50 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
     }
     hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
     size_t n = H5Tget_size(t);
-    /* one fixed-length string: what mt__ckpt_set_meta writes, and all the buffer holds */
-    int one = H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) == 0 &&
-              H5Sget_simple_extent_npoints(sp) == 1 && n > 0 && n <= (16u << 20);
+    H5T_class_t cls = H5Tget_class(t);
+    /* one fixed-length string, 64-bit integer or double: what mt__ckpt_set_meta_typed
+     * writes, and all the buffer holds */
+    int type = cls == H5T_INTEGER ? MT__META_I64 : cls == H5T_FLOAT ? MT__META_F64 : MT__META_STR;
+    int scalar = H5Sget_simple_extent_npoints(sp) == 1;
+    int one = scalar && (type == MT__META_STR ? cls == H5T_STRING && H5Tis_variable_str(t) == 0 &&
+                                                    n > 0 && n <= (16u << 20)
+                                              : n == 8);
     H5Sclose(sp);
-    char *v = one ? calloc(n + 1, 1) : NULL;
+    char *v = one ? calloc(type == MT__META_STR ? n + 1 : 32, 1) : NULL;
     char **keys = realloc(ix->meta_keys, (size_t)(ix->nmeta + 1) * sizeof *keys);
     if (keys)
         ix->meta_keys = keys;
     char **vals = realloc(ix->meta_values, (size_t)(ix->nmeta + 1) * sizeof *vals);
     if (vals)
         ix->meta_values = vals;
+    int *types = realloc(ix->meta_types, (size_t)(ix->nmeta + 1) * sizeof *types);
+    if (types)
+        ix->meta_types = types;
+    int64_t iv = 0;
+    double dv = 0;
+    herr_t got = !one ? -1
+                 : type == MT__META_I64 ? H5Aread(a, H5T_NATIVE_INT64, &iv)
+                 : type == MT__META_F64 ? H5Aread(a, H5T_NATIVE_DOUBLE, &dv)
+                 : v ? H5Aread(a, t, v) : 0;
+    if (got >= 0 && v && type == MT__META_I64)
+        snprintf(v, 32, "%lld", (long long)iv);
+    else if (got >= 0 && v && type == MT__META_F64)
+        snprintf(v, 32, "%.17g", dv);
     int rc = -1;
     if (!one) {
-        snprintf(L->why, sizeof L->why, "metadata %s: not one fixed-length string", name + 5);
-    } else if (!v || !keys || !vals) {
+        snprintf(L->why, sizeof L->why, "metadata %s: not one fixed-length string, 64-bit "
+                 "integer or double", name + 5);
+    } else if (!v || !keys || !vals || !types) {
         ix->oom = true;
         free(v);
-    } else if (H5Aread(a, t, v) < 0) {
+    } else if (got < 0) {
         free(v);
         snprintf(L->why, sizeof L->why, "metadata %s is unreadable", name + 5);
     } else if (!(ix->meta_keys[ix->nmeta] = strdup(name + 5))) {
         ix->oom = true;
         free(v);
     } else {
+        ix->meta_types[ix->nmeta] = type;
         ix->meta_values[ix->nmeta++] = v;
         rc = 0;
     }
@@ -509,8 +543,11 @@ static void index_checks(const mt__ckpt_index *ix, uint32_t c[2])
     uLong meta = crc_u64(crc32(0, NULL, 0), (uint64_t)ix->nmeta);
     for (int i = 0; i < ix->n; i++)
         names = crc_str(names, ix->arrays[i].name);
-    for (int i = 0; i < ix->nmeta; i++)
+    for (int i = 0; i < ix->nmeta; i++) {
         meta = crc_str(crc_str(meta, ix->meta_keys[i]), ix->meta_values[i] ? ix->meta_values[i] : "");
+        if (ix->meta_types && ix->meta_types[i] != MT__META_STR) /* strings: as before types */
+            meta = crc_u64(meta, (uint64_t)ix->meta_types[i]);
+    }
     c[0] = (uint32_t)names;
     c[1] = (uint32_t)meta;
 }
@@ -611,6 +648,7 @@ void mt__ckpt_index_free(mt__ckpt_index *ix)
     }
     free(ix->meta_keys);
     free(ix->meta_values);
+    free(ix->meta_types);
     memset(ix, 0, sizeof *ix);
 }
 

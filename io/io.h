@@ -71,10 +71,13 @@ typedef struct {
     int64_t *offsets;   /* sharded: row offset of each rank's part, then the total */
     int noffsets;
 } mt__ckpt_array;
+/* A metadata value's type; every value is also kept as text (numbers: "%lld", "%.17g"). */
+enum { MT__META_STR = 0, MT__META_I64, MT__META_F64 };
 typedef struct {
     mt__ckpt_array *arrays;
     int n, cap;
     char **meta_keys, **meta_values;
+    int *meta_types;
     int nmeta;
     bool oom;           /* reading it ran out of memory (not a corrupt file) */
 } mt__ckpt_index;
@@ -87,6 +90,9 @@ int mt__ckpt_rows(hid_t ds, mt_dtype t, uint64_t row, uint64_t nrows, void *data
 int mt__ckpt_finish_array(hid_t ds, int layout, uint32_t crc, const int64_t *offsets,
                           int noffsets);
 int mt__ckpt_set_meta(hid_t f, const char *key, const char *value);
+/* A metadata value of type MT__META_* (value: its text), as a string, int64 or double
+ * attribute. */
+int mt__ckpt_set_meta_typed(hid_t f, const char *key, int type, const char *value);
 /* The arrays and metadata, every check compared (MT_EFORMAT naming what does not match). */
 int mt__ckpt_read_index(hid_t f, const char *path, mt__ckpt_index *ix);
 /* After the last array and metadata are written: the file-level checks (see ckpt.c). */

@@ -18,6 +18,7 @@
  */
 #include "runtime.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -99,6 +100,7 @@ void mt_checkpoint_free(mt_checkpoint **cp)
     }
     free(ck->meta_keys);
     free(ck->meta_values);
+    free(ck->meta_types);
     for (int i = 0; i < ck->nfiles; i++) {
         free(ck->files[i].name);
         free(ck->files[i].path);
@@ -167,42 +169,65 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
     return MT_OK;
 }
 
-int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value)
+/* Set key to a value of type MT__META_* given as text; fn names the caller in errors. */
+static int set_meta(mt_checkpoint *ck, const char *key, int type, const char *value,
+                    const char *fn)
 {
-    if (!ck_ok(ck, "mt_checkpoint_set_meta"))
+    if (!ck_ok(ck, fn))
         return MT_EINVAL;
     if (ck->path)
-        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta: a stored checkpoint is read-only");
-    if (mt__check_text("mt_checkpoint_set_meta: key", key, 255))
+        return mt__error(MT_EINVAL, "%s: a stored checkpoint is read-only", fn);
+    char what[64];
+    snprintf(what, sizeof what, "%s: key", fn);
+    if (mt__check_text(what, key, 255))
         return MT_EINVAL;
     if (!value)
-        return mt__error(MT_EINVAL, "mt_checkpoint_set_meta %s: value is NULL", key);
+        return mt__error(MT_EINVAL, "%s %s: value is NULL", fn, key);
+    char *v = mt__strdup(value);
+    if (!v)
+        return MT_ENOMEM;
     for (int i = 0; i < ck->nmeta; i++)
         if (!strcmp(ck->meta_keys[i], key)) { /* a key set again takes the new value */
-            char *v = mt__strdup(value);
-            if (!v)
-                return MT_ENOMEM;
             free(ck->meta_values[i]);
             ck->meta_values[i] = v;
+            ck->meta_types[i] = type;
             return MT_OK;
         }
     char **k = realloc(ck->meta_keys, (size_t)(ck->nmeta + 1) * sizeof *k);
     if (k)
         ck->meta_keys = k;
-    char **v = realloc(ck->meta_values, (size_t)(ck->nmeta + 1) * sizeof *v);
-    if (v)
-        ck->meta_values = v;
-    if (!k || !v)
+    char **vs = realloc(ck->meta_values, (size_t)(ck->nmeta + 1) * sizeof *vs);
+    if (vs)
+        ck->meta_values = vs;
+    int *ts = realloc(ck->meta_types, (size_t)(ck->nmeta + 1) * sizeof *ts);
+    if (ts)
+        ck->meta_types = ts;
+    if (!k || !vs || !ts || !(ck->meta_keys[ck->nmeta] = mt__strdup(key))) {
+        free(v);
         return mt__error(MT_ENOMEM, "out of memory adding metadata");
-    ck->meta_keys[ck->nmeta] = mt__strdup(key);
-    ck->meta_values[ck->nmeta] = mt__strdup(value);
-    if (!ck->meta_keys[ck->nmeta] || !ck->meta_values[ck->nmeta]) {
-        free(ck->meta_keys[ck->nmeta]);
-        free(ck->meta_values[ck->nmeta]);
-        return MT_ENOMEM;
     }
-    ck->nmeta++;
+    ck->meta_values[ck->nmeta] = v;
+    ck->meta_types[ck->nmeta++] = type;
     return MT_OK;
+}
+
+int mt_checkpoint_set_meta(mt_checkpoint *ck, const char *key, const char *value)
+{
+    return set_meta(ck, key, MT__META_STR, value, "mt_checkpoint_set_meta");
+}
+
+int mt_checkpoint_set_meta_i64(mt_checkpoint *ck, const char *key, int64_t value)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%lld", (long long)value);
+    return set_meta(ck, key, MT__META_I64, text, "mt_checkpoint_set_meta_i64");
+}
+
+int mt_checkpoint_set_meta_f64(mt_checkpoint *ck, const char *key, double value)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%.17g", value);
+    return set_meta(ck, key, MT__META_F64, text, "mt_checkpoint_set_meta_f64");
 }
 
 /* A file the checkpoint can copy: a readable regular file (following links). */
@@ -230,6 +255,24 @@ static bool rank_folder_name(const char *name)
         if (*p < '0' || *p > '9')
             return false;
     return true;
+}
+
+/* A stored checkpoint's file, listed (name, full path). */
+static int add_stored_file(mt_checkpoint *ck, const char *name, const char *path)
+{
+    mt__ck_file *f = realloc(ck->files, (size_t)(ck->nfiles + 1) * sizeof *f);
+    if (!f)
+        return mt__error(MT_ENOMEM, "out of memory listing %s", ck->path);
+    ck->files = f;
+    f[ck->nfiles].name = mt__strdup(name);
+    f[ck->nfiles].path = mt__strdup(path);
+    if (!f[ck->nfiles].name || !f[ck->nfiles].path) {
+        free(f[ck->nfiles].name);
+        free(f[ck->nfiles].path);
+        return mt__error(MT_ENOMEM, "out of memory listing %s", ck->path);
+    }
+    ck->nfiles++;
+    return MT_OK;
 }
 
 int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path)
@@ -268,17 +311,143 @@ int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path
     return MT_OK;
 }
 
+static const char *const meta_type_name[] = {"a string", "an integer", "a double"};
+static const char *const meta_getter[] = {"mt_checkpoint_get_meta", "mt_checkpoint_get_meta_i64",
+                                          "mt_checkpoint_get_meta_f64"};
+
+/* The value of key as text and its type; MT_ENOTFOUND when absent (nothing recorded). */
+static int find_meta(const mt_checkpoint *ck, const char *key, const char **text, int *type)
+{
+    for (int i = 0; i < ck->nmeta; i++)
+        if (!strcmp(ck->meta_keys[i], key)) {
+            *text = ck->meta_values[i];
+            *type = ck->meta_types[i];
+            return MT_OK;
+        }
+    for (int i = 0; i < ck->index.nmeta; i++)
+        if (!strcmp(ck->index.meta_keys[i], key)) {
+            *text = ck->index.meta_values[i];
+            *type = ck->index.meta_types ? ck->index.meta_types[i] : MT__META_STR;
+            return MT_OK;
+        }
+    return MT_ENOTFOUND;
+}
+
+/* A typed getter's common part: the text of key when it has type `want`. */
+static int typed_meta(const mt_checkpoint *ck, const char *key, const void *out, int want,
+                      const char **text)
+{
+    const char *fn = meta_getter[want];
+    if (!ck_ok(ck, fn))
+        return MT_EINVAL;
+    if (!key || !out)
+        return mt__error(MT_EINVAL, "%s: %s is NULL", fn, !key ? "key" : "out");
+    int type = MT__META_STR;
+    if (find_meta(ck, key, text, &type))
+        return mt__error(MT_ENOTFOUND, "%s: checkpoint %s has no metadata %s", fn,
+                         ck->path ? ck->path : "(not stored)", key);
+    if (type != want)
+        return mt__error(MT_EINVAL, "%s: metadata %s of checkpoint %s is %s, not %s (read it "
+                         "with %s)", fn, key, ck->path ? ck->path : "(not stored)",
+                         meta_type_name[type], meta_type_name[want], meta_getter[type]);
+    return MT_OK;
+}
+
 const char *mt_checkpoint_get_meta(const mt_checkpoint *ck, const char *key)
 {
-    if (!ck_ok(ck, "mt_checkpoint_get_meta") || !key)
+    const char *text = NULL;
+    if (!ck_ok(ck, "mt_checkpoint_get_meta"))
         return NULL;
-    for (int i = 0; i < ck->nmeta; i++)
-        if (!strcmp(ck->meta_keys[i], key))
-            return ck->meta_values[i];
-    for (int i = 0; i < ck->index.nmeta; i++)
-        if (!strcmp(ck->index.meta_keys[i], key))
-            return ck->index.meta_values[i];
-    return NULL;
+    if (!key) {
+        mt__error(MT_EINVAL, "mt_checkpoint_get_meta: key is NULL");
+        return NULL;
+    }
+    int type = MT__META_STR;
+    if (find_meta(ck, key, &text, &type))
+        return NULL;
+    if (type != MT__META_STR) {
+        mt__error(MT_EINVAL, "mt_checkpoint_get_meta: metadata %s of checkpoint %s is %s, not "
+                  "a string (read it with %s)", key, ck->path ? ck->path : "(not stored)",
+                  meta_type_name[type], meta_getter[type]);
+        return NULL;
+    }
+    return text;
+}
+
+int mt_checkpoint_get_meta_i64(const mt_checkpoint *ck, const char *key, int64_t *out)
+{
+    const char *text = NULL;
+    int rc = typed_meta(ck, key, out, MT__META_I64, &text);
+    if (!rc)
+        *out = (int64_t)strtoll(text, NULL, 10);
+    return rc;
+}
+
+int mt_checkpoint_get_meta_f64(const mt_checkpoint *ck, const char *key, double *out)
+{
+    const char *text = NULL;
+    int rc = typed_meta(ck, key, out, MT__META_F64, &text);
+    if (!rc)
+        *out = strtod(text, NULL);
+    return rc;
+}
+
+/* What a stored checkpoint lists: its arrays, metadata keys, files (a builder's files are
+ * sources, not yet stored: not listed). */
+enum { LIST_ARRAYS, LIST_META, LIST_FILES };
+static const char *const list_fn[][2] = {{"mt_checkpoint_array_name", "arrays"},
+                                         {"mt_checkpoint_meta_key", "keys"},
+                                         {"mt_checkpoint_file_name", "files"}};
+
+static int list_count(const mt_checkpoint *ck, int which)
+{
+    return which == LIST_ARRAYS ? ck->index.n
+           : which == LIST_META ? ck->index.nmeta
+           : ck->path           ? ck->nfiles : 0;
+}
+
+/* The listing getters' common part: ck is live (checked before it is read) and i is in
+ * range; else recorded, naming the getter. */
+static bool listed_ok(const mt_checkpoint *ck, size_t i, int which)
+{
+    if (!ck_ok(ck, list_fn[which][0]))
+        return false;
+    int n = list_count(ck, which);
+    if (i < (size_t)n)
+        return true;
+    mt__error(MT_EINVAL, "%s: index %zu out of range (%d %s)", list_fn[which][0], i, n,
+              list_fn[which][1]);
+    return false;
+}
+
+size_t mt_checkpoint_num_arrays(const mt_checkpoint *ck)
+{
+    return ck_ok(ck, "mt_checkpoint_num_arrays") ? (size_t)list_count(ck, LIST_ARRAYS) : 0;
+}
+
+const char *mt_checkpoint_array_name(const mt_checkpoint *ck, size_t i)
+{
+    return listed_ok(ck, i, LIST_ARRAYS) ? ck->index.arrays[i].name : NULL;
+}
+
+size_t mt_checkpoint_num_meta(const mt_checkpoint *ck)
+{
+    return ck_ok(ck, "mt_checkpoint_num_meta") ? (size_t)list_count(ck, LIST_META) : 0;
+}
+
+const char *mt_checkpoint_meta_key(const mt_checkpoint *ck, size_t i)
+{
+    return listed_ok(ck, i, LIST_META) ? ck->index.meta_keys[i] : NULL;
+}
+
+size_t mt_checkpoint_num_files(const mt_checkpoint *ck)
+{
+    return ck_ok(ck, "mt_checkpoint_num_files") ? (size_t)list_count(ck, LIST_FILES) : 0;
+}
+
+const char *mt_checkpoint_file_name(const mt_checkpoint *ck, size_t i)
+{
+    return listed_ok(ck, i, LIST_FILES) ? ck->files[i].name : NULL;
 }
 
 const char *mt_checkpoint_path(const mt_checkpoint *ck)
@@ -681,7 +850,8 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
                              i == 0 && pause_here(run->next_index), status);
     }
     for (int i = 0; i < ck->nmeta && !status; i++)
-        status = mt__ckpt_set_meta(file, ck->meta_keys[i], ck->meta_values[i]);
+        status = mt__ckpt_set_meta_typed(file, ck->meta_keys[i], ck->meta_types[i],
+                                         ck->meta_values[i]);
     if (!status)
         status = mt__ckpt_seal(file, h5);
     if (file >= 0) {
@@ -818,8 +988,14 @@ char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix)
                                                       dims, "layout", a->layout, "crc",
                                                       (json_int_t)a->crc, "offsets", off));
     }
-    for (int i = 0; !bad && i < ix->nmeta; i++)
-        bad = json_object_set_new(meta, ix->meta_keys[i], json_string(ix->meta_values[i]));
+    /* a string as a string; a number as [type, text] (a double may be NaN: not JSON) */
+    for (int i = 0; !bad && i < ix->nmeta; i++) {
+        int type = ix->meta_types ? ix->meta_types[i] : MT__META_STR;
+        bad = json_object_set_new(meta, ix->meta_keys[i],
+                                  type == MT__META_STR
+                                      ? json_string(ix->meta_values[i])
+                                      : json_pack("[i, s]", type, ix->meta_values[i]));
+    }
     if (bad) {
         json_decref(arrays), json_decref(meta);
         return NULL;
@@ -886,15 +1062,29 @@ int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
             break;
         char **k = realloc(ck->index.meta_keys, (size_t)(ck->index.nmeta + 1) * sizeof *k);
         char **vals = k ? realloc(ck->index.meta_values, (size_t)(ck->index.nmeta + 1) * sizeof *vals) : NULL;
+        int *types = vals ? realloc(ck->index.meta_types, (size_t)(ck->index.nmeta + 1) * sizeof *types) : NULL;
         if (k)
             ck->index.meta_keys = k;
         if (vals)
             ck->index.meta_values = vals;
-        if (!k || !vals) {
+        if (types)
+            ck->index.meta_types = types;
+        if (!k || !vals || !types) {
             rc = MT_ENOMEM;
             break;
         }
-        char *kk = strdup(key), *vv = strdup(json_string_value(v) ? json_string_value(v) : "");
+        int type = MT__META_STR;
+        const char *value = json_string_value(v);
+        if (json_is_array(v)) {
+            type = (int)json_integer_value(json_array_get(v, 0));
+            value = json_string_value(json_array_get(v, 1));
+            if ((type != MT__META_I64 && type != MT__META_F64) || !value) {
+                rc = mt__error(MT_EFORMAT, "corrupt checkpoint description (metadata %.64s)", key);
+                break;
+            }
+        }
+        ck->index.meta_types[ck->index.nmeta] = type;
+        char *kk = strdup(key), *vv = strdup(value ? value : "");
         if (!kk || !vv) {
             free(kk), free(vv);
             rc = MT_ENOMEM;
@@ -933,6 +1123,91 @@ int mt__checkpoint_open_stored(const char *path, mt_checkpoint **out)
         mt_checkpoint_free(&ck);
     *out = ck;
     return rc;
+}
+
+int mt__checkpoint_resolve(const char *field, const char *path, char *out, size_t len)
+{
+    if (!path || !*path)
+        return mt__error(MT_EINVAL, "%s: the path is %s", field, path ? "empty" : "NULL");
+    if (strlen(path) > MT__DIR_MAX)
+        return mt__error(MT_EINVAL, "%s: the path is %zu bytes (at most %d)", field,
+                         strlen(path), MT__DIR_MAX);
+    char *real = realpath(path, NULL);
+    if (!real)
+        return mt__error(MT_EFORMAT, "%s: %s is not a checkpoint: %s", field, path,
+                         strerror(errno));
+    int rc = strlen(real) < len && strlen(real) <= MT__DIR_MAX
+                 ? MT_OK
+                 : mt__error(MT_EINVAL, "%s: %s: the resolved path is too long", field, path);
+    if (!rc)
+        snprintf(out, len, "%s", real);
+    free(real);
+    return rc;
+}
+
+/* The files a stored checkpoint holds besides checkpoint.h5: NAME (rank 0's) and
+ * rankR/NAME, into ck->files (name, full path), in directory order. */
+static int list_stored_files(mt_checkpoint *ck)
+{
+    DIR *d = opendir(ck->path);
+    if (!d)
+        return mt__error(MT_EFORMAT, "%s: cannot list the checkpoint folder: %s", ck->path,
+                         strerror(errno));
+    int rc = MT_OK;
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, "checkpoint.h5"))
+            continue;
+        char sub[4300];
+        snprintf(sub, sizeof sub, "%s/%s", ck->path, e->d_name);
+        struct stat st;
+        if (lstat(sub, &st) != 0)
+            continue;
+        if (S_ISREG(st.st_mode)) {
+            rc = add_stored_file(ck, e->d_name, sub);
+            continue;
+        }
+        if (!S_ISDIR(st.st_mode) || !rank_folder_name(e->d_name))
+            continue;
+        DIR *rd = opendir(sub);
+        struct dirent *f;
+        while (!rc && rd && (f = readdir(rd))) {
+            char name[600], full[4300];
+            snprintf(name, sizeof name, "%s/%s", e->d_name, f->d_name);
+            snprintf(full, sizeof full, "%s/%s", sub, f->d_name);
+            if (f->d_name[0] != '.' && lstat(full, &st) == 0 && S_ISREG(st.st_mode))
+                rc = add_stored_file(ck, name, full);
+        }
+        if (rd)
+            closedir(rd);
+    }
+    closedir(d);
+    return rc;
+}
+
+int mt_checkpoint_open(const char *path, mt_checkpoint **out)
+{
+    if (out)
+        *out = NULL;
+    if (!path || !out)
+        return mt__error(MT_EINVAL, "mt_checkpoint_open: %s is NULL", !path ? "path" : "out");
+    char dir[4096];
+    int rc = mt__checkpoint_resolve("mt_checkpoint_open", path, dir, sizeof dir);
+    mt_checkpoint *ck = NULL;
+    if (rc)
+        return rc;
+    rc = mt__checkpoint_open_stored(dir, &ck);
+    if (rc && rc != MT_ENOMEM)
+        rc = mt__error(MT_EFORMAT, "mt_checkpoint_open: %s is not a checkpoint: %s", path,
+                       mt_last_error());
+    if (!rc)
+        rc = list_stored_files(ck);
+    if (rc) {
+        mt_checkpoint_free(&ck);
+        return rc;
+    }
+    *out = ck;
+    return MT_OK;
 }
 
 /* ------------------------------------------------------------ restore */

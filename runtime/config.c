@@ -135,6 +135,11 @@ int mt_config_validate(const mt_trainer_config *in)
                 (int)ck->score_order);
     if (ck->frequency < 0)
         problem(&n, "run.checkpoint.frequency must be >= 0 (got %d)", ck->frequency);
+    if (cfg.run.resume_from_checkpoint && !*cfg.run.resume_from_checkpoint)
+        problem(&n, "run.resume_from_checkpoint must not be empty (use NULL for none)");
+    else if (cfg.run.resume_from_checkpoint)
+        listed(&n, mt__check_text("run.resume_from_checkpoint", cfg.run.resume_from_checkpoint,
+                                  MT__DIR_MAX));
     const mt_failure_config *f = &cfg.run.failure;
     if (f->max_failures < -1)
         problem(&n, "run.failure.max_failures must be >= -1 (got %d)", f->max_failures);
@@ -185,6 +190,8 @@ static const opt_def opts[] = {
      "take a final checkpoint when training ends"},
     {"overwrite", OPT_FLAG, OFF(run.overwrite),
      "replace a finished run of the same name instead of refusing to start"},
+    {"resume-from-checkpoint", OPT_STR, OFF(run.resume_from_checkpoint),
+     "start a new run from this checkpoint folder (default: none)"},
     {"stall-warn", OPT_SECONDS, OFF(run.failure.stall_warn_s),
      "seconds in a collective before a stall warning (default: 60)"},
     {"stall-timeout", OPT_SECONDS, OFF(run.failure.stall_timeout_s),

@@ -68,6 +68,18 @@ int mt__metrics_check_user(const mt_metrics *m)
     return MT_OK;
 }
 
+/* check_key's rule, without recording an error. */
+static bool key_ok(const char *key)
+{
+    size_t n = key ? strlen(key) : 0;
+    if (n == 0 || n > KEY_MAX)
+        return false;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return false;
+    return true;
+}
+
 static int check_key(const char *key)
 {
     if (!key || !*key)
@@ -330,6 +342,8 @@ int mt__metrics_from_json(mt_metrics *m, const json_t *o)
     {
         if (rc)
             break;
+        if (!key_ok(key)) /* a hand-edited file's key no metric can have: passed over */
+            continue;
         /* rows and run.json carry the automatic keys: not a user's setting */
         if (json_is_integer(v))
             rc = mt__metrics_put(m, key, MT__METRIC_I64, 0, json_integer_value(v), NULL, false);

@@ -58,10 +58,13 @@ static json_t *build_row(mt_context *c, const char *all, const size_t *lens, mt_
         int n = 0;
         for (int r = 0; r < c->world_size; r++) {
             double v;
-            if (per[r] && mt_metrics_get_f64(per[r], e->key, &v) == MT_OK) {
+            /* NaN and infinities are no JSON number: the spread is over the finite values */
+            if (per[r] && mt_metrics_get_f64(per[r], e->key, &v) == MT_OK && isfinite(v)) {
                 mn = fmin(mn, v), mx = fmax(mx, v), sum += v, n++;
             }
         }
+        if (n == 0)
+            continue;
         if (json_object_set_new(spread, e->key, json_pack("{s:f, s:f, s:f, s:i}", "min", mn,
                                                           "mean", sum / n, "max", mx, "ranks", n)))
             ok = false;
@@ -131,6 +134,25 @@ static void print_line(const mt_context *c, const mt_metrics *row, int64_t itera
     fflush(stdout);
 }
 
+/* Rank 0, at the run's first report: run.checkpoint.score_attribute must be one of the
+ * keys reported (Ray's rule), or no checkpoint could ever be ranked by it. An automatic
+ * key (training_iteration, time_total_s, ...) counts as reported. */
+static int check_score_attribute(const mt_context *c, const mt_metrics *m)
+{
+    const char *attr = c->cfg->run.checkpoint.score_attribute;
+    if (!attr || c->world_rank != 0 || c->iteration != 0 || mt__metrics_find(m, attr) ||
+        (mt__metrics_reserved(attr) && strcmp(attr, "per_rank")))
+        return MT_OK;
+    char keys[1024] = "";
+    size_t n = 0;
+    for (int i = 0; m && i < m->n && n < sizeof keys; i++)
+        n += (size_t)snprintf(keys + n, sizeof keys - n, "%s%s", i ? ", " : "", m->e[i].key);
+    return mt__error(MT_EINVAL, "run.checkpoint.score_attribute \"%s\" is not a key of the "
+                     "first report (reported: %s%s)", attr, n ? keys : "no keys",
+                     n ? ", and the automatic training_iteration, timestamp, time_this_iter_s, "
+                         "time_total_s" : "");
+}
+
 int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
 {
     MT__TRACE("report", "report");
@@ -140,6 +162,8 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
     size_t len = 0;
     /* a reserved key would replace an automatic one in the row: every rank's error */
     int status = mt__metrics_check_user(m);
+    if (!status)
+        status = check_score_attribute(c, m);
     if (!status)
         status = mt__metrics_encode(m, &enc, &len);
     if (!status && ck && !mt__live(ck, MT__LIVE_CHECKPOINT)) /* one rank's: agreed below */

@@ -5,9 +5,12 @@
  */
 #include "runtime.h"
 
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     mt_checkpoint *ck;
@@ -22,6 +25,10 @@ struct mt_result {
     mt_checkpoint *latest;  /* borrowed from best[] */
     best_entry *best;
     size_t nbest;
+    mt_metrics **rows;      /* result.json, in order */
+    size_t nrows;
+    char **columns;         /* every key of any row, in order of first appearance */
+    size_t ncolumns;
 };
 
 json_t *mt__params_json(const mt_trainer_config *cfg, int world_size)
@@ -33,7 +40,7 @@ json_t *mt__params_json(const mt_trainer_config *cfg, int world_size)
         for (size_t i = 0; cfg->data.datasets_to_split[i]; i++)
             json_array_append_new(split, json_string(cfg->data.datasets_to_split[i]));
     }
-    return json_pack(
+    json_t *j = json_pack(
         "{s:{s:i, s:i}, s:{s:s?, s:s, s:i, s:{s:i, s:s?, s:s, s:i, s:b}, s:{s:i, s:f, s:f}},"
         " s:{s:o, s:I}}",
         "scaling", "num_workers", world_size, "cpus_per_worker", cfg->scaling.cpus_per_worker,
@@ -45,6 +52,13 @@ json_t *mt__params_json(const mt_trainer_config *cfg, int world_size)
         r->failure.max_failures, "stall_warn_s", r->failure.stall_warn_s, "stall_timeout_s",
         r->failure.stall_timeout_s, "data", "datasets_to_split", split, "memory_limit",
         (json_int_t)cfg->data.memory_limit);
+    if (j && r->resume_from_checkpoint &&
+        json_object_set_new(json_object_get(j, "run"), "resume_from_checkpoint",
+                            json_string(r->resume_from_checkpoint))) {
+        json_decref(j); /* never a params.json with a setting missing */
+        j = NULL;
+    }
+    return j;
 }
 
 void mt_result_free(mt_result **rp)
@@ -60,12 +74,76 @@ void mt_result_free(mt_result **rp)
         mt_metrics_free(&r->best[i].metrics);
     }
     free(r->best);
+    for (size_t i = 0; i < r->nrows; i++)
+        mt_metrics_free(&r->rows[i]);
+    free(r->rows);
+    for (size_t i = 0; i < r->ncolumns; i++)
+        free(r->columns[i]);
+    free(r->columns);
     free(r);
     *rp = NULL;
 }
 
+static int add_column(mt_result *r, const char *key)
+{
+    for (size_t i = 0; i < r->ncolumns; i++)
+        if (!strcmp(r->columns[i], key))
+            return MT_OK;
+    char **c = realloc(r->columns, (r->ncolumns + 1) * sizeof *c);
+    if (!c)
+        return mt__error(MT_ENOMEM, "out of memory building a result");
+    r->columns = c;
+    if (!(c[r->ncolumns] = mt__strdup(key)))
+        return MT_ENOMEM;
+    r->ncolumns++;
+    return MT_OK;
+}
+
+/* The history: one mt_metrics per row of `rows` (a JSON array of result.json rows). */
+static int build_rows(mt_result *r, const json_t *rows)
+{
+    size_t n = json_array_size(rows);
+    if (n && !(r->rows = calloc(n, sizeof *r->rows)))
+        return mt__error(MT_ENOMEM, "out of memory building a result");
+    int rc = MT_OK;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const json_t *row = json_array_get(rows, i);
+        mt_metrics *m = mt_metrics_new();
+        if (!m)
+            return MT_ENOMEM;
+        r->rows[r->nrows++] = m;
+        rc = json_is_object(row) ? mt__metrics_from_json(m, row) : MT_OK;
+        for (int k = 0; !rc && k < m->n; k++)
+            rc = add_column(r, m->e[k].key);
+    }
+    return rc;
+}
+
+/* A kept checkpoint of the result: from its description (every rank of a fit), else
+ * opened (mt_result_load, where the run's storage is), else its path only. */
+static int kept_checkpoint(const char *path, const json_t *described, bool open_files,
+                           mt_checkpoint **out)
+{
+    const char *text = json_string_value(described);
+    *out = NULL;
+    if (text) {
+        int rc = mt__checkpoint_from_description(text, out);
+        if (rc != MT_EFORMAT)
+            return rc;
+    }
+    /* its arrays are listed when the folder is readable here */
+    int rc = open_files ? mt__checkpoint_open_stored(path, out) : MT_EINVAL;
+    if (rc == MT_OK || rc == MT_ENOMEM) /* never a result quietly missing what it could hold */
+        return rc;
+    *out = mt_checkpoint_new();
+    if (*out && !((*out)->path = mt__strdup(path)))
+        mt_checkpoint_free(out);
+    return *out ? MT_OK : mt__error(MT_ENOMEM, "out of memory building a result");
+}
+
 int mt__result_build(const char *dir, const json_t *run_json, const json_t *last_row,
-                     const json_t *params, const char *error, bool open_files, mt_result **out)
+                     const json_t *rows, const json_t *described, const json_t *params,
+                     const char *error, bool open_files, mt_result **out)
 {
     *out = NULL;
     mt_result *r = calloc(1, sizeof *r);
@@ -77,15 +155,22 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
         r->error = mt__strdup(error);
     if (last_row && (r->metrics = mt_metrics_new()))
         rc = mt__metrics_from_json(r->metrics, last_row);
+    if ((error && !r->error) || (last_row && !r->metrics)) /* never a result missing them */
+        rc = mt__error(MT_ENOMEM, "out of memory building a result");
+    if (!rc)
+        rc = build_rows(r, rows);
     mt__rundir run = {0};
     if (!rc && run_json)
         rc = mt__run_from_json(&run, run_json, "run.json");
     r->attempts = run.attempts;
     mt_checkpoint_config cfg = {0};
     const char *attr = NULL, *order = NULL;
+    mt__json_watch();
     if (params)
         json_unpack((json_t *)params, "{s:{s:{s?s, s?s}}}", "run", "checkpoint",
                     "score_attribute", &attr, "score_order", &order);
+    if (!rc && mt__json_oom(NULL)) /* not the run's ordering: the wrong best */
+        rc = mt__error(MT_ENOMEM, "out of memory building a result");
     cfg.score_attribute = attr;
     cfg.score_order = order && !strcmp(order, "min") ? MT_ORDER_MIN : MT_ORDER_MAX;
     int *rank = calloc((size_t)(run.nkept ? run.nkept : 1), sizeof *rank);
@@ -93,18 +178,15 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
     if (!rc && (!rank || !r->best))
         rc = mt__error(MT_ENOMEM, "out of memory building a result");
     if (!rc)
-        mt__rank_kept(run.kept, run.nkept, &cfg, rank);
+        rc = mt__rank_kept(run.kept, run.nkept, &cfg, rank);
     for (int i = 0; !rc && i < run.nkept; i++) {
         const mt__kept *k = &run.kept[rank[i]];
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, k->name);
         best_entry *b = &r->best[r->nbest];
-        /* its arrays are listed when the folder is readable here (rank 0's storage) */
-        if (!open_files || mt__checkpoint_open_stored(path, &b->ck) != MT_OK) {
-            b->ck = mt_checkpoint_new();
-            if (b->ck)
-                b->ck->path = mt__strdup(path);
-        }
+        rc = kept_checkpoint(path, json_object_get(described, k->name), open_files, &b->ck);
+        if (rc)
+            break;
         b->metrics = mt_metrics_new();
         if (!b->ck || !b->ck->path || !b->metrics || mt__metrics_copy(b->metrics, k->metrics)) {
             rc = mt__error(MT_ENOMEM, "out of memory building a result");
@@ -126,27 +208,19 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
     return MT_OK;
 }
 
-static json_t *last_line(const char *path)
+/* A JSON file in *out: MT_ENOTFOUND when absent, MT_EFORMAT when not JSON (err says
+ * where), MT_ENOMEM (recorded) when reading it ran out of memory. */
+static int load_json(const char *path, json_t **out, json_error_t *err)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    char *line = NULL, *last = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    while ((n = getline(&line, &cap, f)) > 0) {
-        if (line[n - 1] != '\n')
-            break; /* a last line a crash cut short: the one before is the last row */
-        free(last);
-        last = strdup(line);
+    mt__json_watch();
+    *out = json_load_file(path, 0, err);
+    bool exists = *out || access(path, F_OK) == 0;
+    if (exists && mt__json_oom(*out ? NULL : err)) { /* even a parse that succeeded may lack a key */
+        json_decref(*out);
+        *out = NULL;
+        return mt__error(MT_ENOMEM, "out of memory reading %s", path);
     }
-    free(line);
-    fclose(f);
-    json_t *j = last ? json_loads(last, 0, NULL) : NULL;
-    free(last);
-    if (j)
-        json_object_del(j, "per_rank");
-    return j;
+    return *out ? MT_OK : exists ? MT_EFORMAT : MT_ENOTFOUND;
 }
 
 int mt_result_load(const char *dir, mt_result **out)
@@ -160,18 +234,28 @@ int mt_result_load(const char *dir, mt_result **out)
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
     json_error_t err;
-    json_t *run = json_load_file(path, 0, &err);
-    if (!run) {
-        FILE *f = fopen(path, "r");
-        if (f)
-            fclose(f);
-        return f ? mt__error(MT_EFORMAT, "%s: corrupt (line %d: %s)", path, err.line, err.text)
-                 : mt__error(MT_ENOTFOUND, "%s is not a run directory (no run.json)", dir);
-    }
+    json_t *run = NULL, *params = NULL;
+    int rc = load_json(path, &run, &err);
+    if (rc)
+        return rc == MT_ENOMEM ? rc
+               : rc == MT_EFORMAT ? mt__error(MT_EFORMAT, "%s: corrupt (line %d: %s)", path,
+                                              err.line, err.text)
+                                  : mt__error(MT_ENOTFOUND, "%s is not a run directory (no "
+                                                            "run.json)", dir);
     snprintf(path, sizeof path, "%s/params.json", dir);
-    json_t *params = json_load_file(path, 0, &err);
-    snprintf(path, sizeof path, "%s/result.json", dir);
-    json_t *row = last_line(path);
+    rc = load_json(path, &params, &err); /* missing or corrupt: the default ordering */
+    if (rc == MT_ENOMEM) {
+        json_decref(run);
+        return rc;
+    }
+    rc = MT_OK;
+    json_t *rows = mt__run_read_rows(dir, &rc);
+    json_t *row = json_array_size(rows) ? json_array_get(rows, json_array_size(rows) - 1) : NULL;
+    if (rc) {
+        json_decref(run);
+        json_decref(params);
+        return rc;
+    }
     snprintf(path, sizeof path, "%s/error.txt", dir);
     char error[4096] = "";
     FILE *f = fopen(path, "r");
@@ -184,10 +268,11 @@ int mt_result_load(const char *dir, mt_result **out)
     }
     const char *status = json_string_value(json_object_get(run, "status"));
     bool failed = status && !strcmp(status, "failed");
-    int rc = mt__result_build(dir, run, row, params, failed && *error ? error : NULL, true, out);
+    rc = mt__result_build(dir, run, row, rows, NULL, params, failed && *error ? error : NULL,
+                          true, out);
     json_decref(run);
     json_decref(params);
-    json_decref(row);
+    json_decref(rows);
     return rc;
 }
 
@@ -205,4 +290,83 @@ const mt_checkpoint *mt_result_best(const mt_result *r, size_t i, const mt_metri
     if (metrics)
         *metrics = r->best[i].metrics;
     return r->best[i].ck;
+}
+
+int mt_result_best_checkpoint(const mt_result *r, const char *metric, mt_order mode,
+                              const mt_checkpoint **ck, const mt_metrics **metrics)
+{
+    if (ck)
+        *ck = NULL;
+    if (metrics)
+        *metrics = NULL;
+    if (!r || !metric || !ck)
+        return mt__error(MT_EINVAL, "mt_result_best_checkpoint: %s is NULL",
+                         !r ? "result" : !metric ? "metric" : "ck");
+    if (mode != MT_ORDER_MAX && mode != MT_ORDER_MIN)
+        return mt__error(MT_EINVAL, "mt_result_best_checkpoint: mode must be MT_ORDER_MAX or "
+                                    "MT_ORDER_MIN (got %d)", (int)mode);
+    if (!r->nbest)
+        return mt__error(MT_ENOTFOUND, "mt_result_best_checkpoint: %s keeps no checkpoint",
+                         r->path);
+    long best = -1;
+    int64_t best_index = -1;
+    double best_v = 0;
+    for (size_t i = 0; i < r->nbest; i++) {
+        int64_t index = 0;
+        const char *name = r->best[i].ck->path ? strrchr(r->best[i].ck->path, '/') : NULL;
+        if (name)
+            sscanf(name, "/checkpoint_%" SCNd64, &index);
+        const mt__metric *e = mt__metrics_find(r->best[i].metrics, metric);
+        if (!e || e->type == MT__METRIC_STR)
+            continue;
+        double v = e->type == MT__METRIC_F64 ? e->f : (double)e->i;
+        if (isnan(v))
+            continue;
+        bool better = best < 0 || (mode == MT_ORDER_MAX ? v > best_v : v < best_v) ||
+                      (v == best_v && index > best_index);
+        if (better)
+            best = (long)i, best_v = v, best_index = index;
+    }
+    if (best < 0) {
+        char keys[1024] = "";
+        size_t n = 0;
+        for (size_t i = 0; i < r->nbest && n < sizeof keys; i++)
+            for (int k = 0; k < r->best[i].metrics->n && n < sizeof keys; k++) {
+                const char *key = r->best[i].metrics->e[k].key;
+                bool seen = false; /* in an earlier checkpoint's report */
+                for (size_t j = 0; j < i && !seen; j++)
+                    seen = mt__metrics_find(r->best[j].metrics, key) != NULL;
+                if (!seen)
+                    n += (size_t)snprintf(keys + n, sizeof keys - n, "%s%s", n ? ", " : "", key);
+            }
+        return mt__error(MT_ENOTFOUND, "mt_result_best_checkpoint: no kept checkpoint of %s "
+                         "was reported with a numeric \"%s\" (its reports have: %s)", r->path,
+                         metric, keys);
+    }
+    *ck = r->best[best].ck;
+    if (metrics)
+        *metrics = r->best[best].metrics;
+    return MT_OK;
+}
+
+size_t mt_result_num_rows(const mt_result *r) { return r ? r->nrows : 0; }
+size_t mt_result_num_columns(const mt_result *r) { return r ? r->ncolumns : 0; }
+
+const mt_metrics *mt_result_row(const mt_result *r, size_t i)
+{
+    if (!r || i >= r->nrows) {
+        mt__error(MT_EINVAL, "mt_result_row: %s", !r ? "result is NULL" : "row index out of range");
+        return NULL;
+    }
+    return r->rows[i];
+}
+
+const char *mt_result_column(const mt_result *r, size_t i)
+{
+    if (!r || i >= r->ncolumns) {
+        mt__error(MT_EINVAL, "mt_result_column: %s",
+                  !r ? "result is NULL" : "column index out of range");
+        return NULL;
+    }
+    return r->columns[i];
 }

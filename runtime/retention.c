@@ -35,26 +35,25 @@ static int better(const void *pa, const void *pb)
     return a->index > b->index ? -1 : a->index < b->index; /* newer first */
 }
 
-void mt__rank_kept(const mt__kept *kept, int n, const mt_checkpoint_config *cfg, int *order)
+int mt__rank_kept(const mt__kept *kept, int n, const mt_checkpoint_config *cfg, int *order)
 {
     ranked *r = calloc((size_t)(n ? n : 1), sizeof *r);
+    if (!r) /* never an order that is not the run's */
+        return mt__error(MT_ENOMEM, "out of memory ranking checkpoints");
     for (int i = 0; i < n; i++) {
         order[i] = i;
-        if (!r)
-            continue;
         r[i].i = i;
         r[i].index = kept[i].index;
         r[i].has = cfg->score_attribute &&
                    mt_metrics_get_f64(kept[i].metrics, cfg->score_attribute, &r[i].score) == MT_OK &&
                    !isnan(r[i].score);
     }
-    if (!r)
-        return;
     order_cfg = cfg;
     qsort(r, (size_t)n, sizeof *r, better);
     for (int i = 0; i < n; i++)
         order[i] = r[i].i;
     free(r);
+    return MT_OK;
 }
 
 int mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,

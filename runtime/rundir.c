@@ -610,6 +610,51 @@ static json_t *load_row(const char *line, bool *oom)
     return row;
 }
 
+json_t *mt__run_read_rows(const char *dir, int *rc)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/result.json", dir);
+    *rc = MT_OK;
+    json_t *rows = json_array();
+    if (!rows) {
+        *rc = mt__error(MT_ENOMEM, "out of memory reading %s", path);
+        return NULL;
+    }
+    FILE *in = fopen(path, "r");
+    if (!in) {
+        if (errno != ENOENT) {
+            *rc = mt__error(MT_EIO, "cannot read %s: %s", path, strerror(errno));
+            json_decref(rows);
+            rows = NULL;
+        }
+        return rows;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    bool oom = false;
+    while (!oom && (n = getline(&line, &cap, in)) > 0) {
+        if (line[n - 1] != '\n')
+            break; /* a last line a crash cut short: not a row */
+        json_t *row = load_row(line, &oom);
+        if (row && json_is_object(row)) {
+            json_object_del(row, "per_rank");
+            oom = json_array_append(rows, row) != 0;
+        }
+        json_decref(row);
+    }
+    bool bad = ferror(in);
+    free(line);
+    fclose(in);
+    if (oom || bad) {
+        *rc = oom ? mt__error(MT_ENOMEM, "out of memory reading %s", path)
+                  : mt__error(MT_EIO, "cannot read %s", path);
+        json_decref(rows);
+        return NULL;
+    }
+    return rows;
+}
+
 /* progress.csv again from result.json, under the current header (temp file, rename). */
 static int rewrite_csv(mt__rundir *r)
 {
@@ -821,6 +866,11 @@ int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration)
         json_t *it = row ? json_object_get(row, "training_iteration") : NULL;
         if (json_is_integer(it) && json_integer_value(it) > *last_iteration)
             *last_iteration = json_integer_value(it);
+        /* an attempt that crashed never saved its time in run.json: its rows did */
+        json_t *total = row ? json_object_get(row, "time_total_s") : NULL;
+        if (json_is_number(total) && json_number_value(total) > r->time_total &&
+            isfinite(json_number_value(total)))
+            r->time_total = json_number_value(total);
         json_decref(row);
     }
     free(line);

@@ -48,6 +48,9 @@ int mt__metrics_copy(mt_metrics *dst, const mt_metrics *src);
 int mt__metrics_encode(const mt_metrics *m, char **out, size_t *len);
 int mt__metrics_decode(mt_metrics *m, const char *b, size_t len);
 json_t *mt__metrics_to_json(const mt_metrics *m);
+/* The numbers and strings of a JSON object (a result.json row, run.json's metrics); keys
+ * no metric can have (empty, over 255 bytes, control characters: a hand-edited file) and
+ * other values are passed over. MT_ENOMEM when out of memory. */
 int mt__metrics_from_json(mt_metrics *m, const json_t *o);
 
 /* ------------------------------------------------------------ run directory (rank 0) */
@@ -89,10 +92,15 @@ int mt__run_save(const mt__rundir *r);
 int mt__run_open_logs(mt__rundir *r);
 void mt__run_close_logs(mt__rundir *r);
 int mt__run_append(mt__rundir *r, json_t *row);
+/* dir/result.json's rows as a JSON array, in order, without per_rank; lines that are not
+ * JSON and a torn last line (no newline) are passed over. An empty array when there is no
+ * result.json; NULL with *rc set (MT_ENOMEM, MT_EIO) when it cannot be read whole. */
+json_t *mt__run_read_rows(const char *dir, int *rc);
 int mt__run_supersede(mt__rundir *r, int64_t iteration);
 /* On resume, before anything reads or appends to them: cut a torn last line (no newline)
  * of result.json, progress.csv and result.superseded.json; *last_iteration is the highest training_iteration of
- * result.json's rows (0 when it has none, -1 when there is no result.json). */
+ * result.json's rows (0 when it has none, -1 when there is no result.json). r->time_total
+ * becomes at least the highest time_total_s of those rows (a crashed attempt's time). */
 int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration);
 void mt__run_remove_leftovers(const mt__rundir *r);
 /* Rank 0, before anything else in dir is read or written: an exclusive flock on
@@ -113,14 +121,19 @@ void mt__run_reap_wait(mt__rundir *r);
 int mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,
                   bool *drop);
 
-/* Positions of kept entries, best first (newest first without a score attribute). */
-void mt__rank_kept(const mt__kept *kept, int n, const mt_checkpoint_config *cfg, int *order);
+/* Positions of kept entries, best first (newest first without a score attribute);
+ * MT_ENOMEM when out of memory. */
+int mt__rank_kept(const mt__kept *kept, int n, const mt_checkpoint_config *cfg, int *order);
 
 /* ------------------------------------------------------------ results */
-/* Build a result from run.json, the last result.json row (may be NULL) and params.json's
- * checkpoint settings; error may be NULL. */
+/* Build a result from run.json, the last reported row (may be NULL), the history (a JSON
+ * array of result.json rows, may be NULL), descriptions of kept checkpoints (an object
+ * name -> mt__checkpoint_describe text, may be NULL: then they are opened when
+ * open_files, else known by path only) and params.json's checkpoint settings; error may
+ * be NULL. */
 int mt__result_build(const char *dir, const json_t *run_json, const json_t *last_row,
-                     const json_t *params, const char *error, bool open_files, mt_result **out);
+                     const json_t *rows, const json_t *described, const json_t *params,
+                     const char *error, bool open_files, mt_result **out);
 json_t *mt__params_json(const mt_trainer_config *cfg, int world_size);
 
 /* ------------------------------------------------------------ checkpoints */
@@ -139,8 +152,9 @@ struct mt_checkpoint {
     mt__ck_array *arrays;    /* to write */
     int narrays;
     char **meta_keys, **meta_values;
+    int *meta_types;         /* MT__META_*; numbers are kept as text too */
     int nmeta;
-    mt__ck_file *files;
+    mt__ck_file *files;      /* to copy; a stored checkpoint's (mt_checkpoint_open) */
     int nfiles;
     char *path;              /* a stored checkpoint's folder */
     mt__ckpt_index index;    /* a stored checkpoint's arrays and metadata */
@@ -160,6 +174,10 @@ int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteratio
 char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix);
 int mt__checkpoint_from_description(const char *text, mt_checkpoint **out);
 int mt__checkpoint_open_stored(const char *path, mt_checkpoint **out);
+/* A user-given checkpoint path (field names it in errors) made absolute, symbolic links
+ * resolved, into out (len bytes); MT_EINVAL when empty or too long, MT_EFORMAT naming the
+ * path when it does not exist. */
+int mt__checkpoint_resolve(const char *field, const char *path, char *out, size_t len);
 
 /* ------------------------------------------------------------ stop requests */
 void mt__signals_install(void);
@@ -193,6 +211,7 @@ struct mt_context {
     bool stop;                     /* a stop was requested (agreed) */
     bool stopped_after_ckpt;
     mt_checkpoint *restored;       /* the checkpoint this attempt resumed from */
+    bool restored_foreign;         /* restored is run.resume_from_checkpoint's, not the run's */
     mt_metrics *last_metrics;      /* rank 0's last report, with automatic keys (rank 0) */
     mt_fusion **fusions;           /* made on this context: orphaned when it ends */
     int nfusions;

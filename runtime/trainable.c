@@ -72,7 +72,9 @@ static int resume(mt_context *ctx, const job *j, int64_t *iteration, bool *done)
         return MT_OK;
     const char *it = mt_checkpoint_get_meta(ck, META_ITERATION);
     const char *where = mt_checkpoint_path(ck) ? mt_checkpoint_path(ck) : "the checkpoint";
-    if (it) { /* absent in a checkpoint a training function wrote: run.json's count holds */
+    /* run.resume_from_checkpoint's checkpoint starts a new run: its count is another run's */
+    bool foreign = ctx->restored_foreign;
+    if (it && !foreign) { /* absent in a checkpoint a training function wrote: run.json's count holds */
         char *end = NULL;
         long long n = strtoll(it, &end, 10);
         if (!*it || *end || n != *iteration)
@@ -81,7 +83,7 @@ static int resume(mt_context *ctx, const job *j, int64_t *iteration, bool *done)
                              where, META_ITERATION, it, *iteration);
     }
     const char *d = mt_checkpoint_get_meta(ck, META_DONE);
-    *done = d && !strcmp(d, "1");
+    *done = !foreign && d && !strcmp(d, "1");
     mt__error_clear();
     return callback_rc(j->tr.load(ctx, j->user, ck), "load", *iteration, 0);
 }

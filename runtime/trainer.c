@@ -23,7 +23,7 @@ struct mt_trainer {
     void *arg;
     void (*free_arg)(void *); /* an arg the trainer owns (mt_trainer_create_trainable) */
     mt_trainer_config cfg; /* strings below are owned copies */
-    char *name, *storage_path, *score_attribute;
+    char *name, *storage_path, *score_attribute, *resume_from;
     char **split;
     mt__dataset_spec *specs;
     int nspecs;
@@ -80,11 +80,15 @@ int mt_trainer_create(mt_trainer **out, mt_train_fn fn, void *arg, const mt_trai
     MT__CHECK(!c->run.checkpoint.score_attribute ||
                   (t->score_attribute = mt__strdup(c->run.checkpoint.score_attribute)),
               MT_ENOMEM, fail, "%s", mt_last_error());
+    MT__CHECK(!c->run.resume_from_checkpoint ||
+                  (t->resume_from = mt__strdup(c->run.resume_from_checkpoint)),
+              MT_ENOMEM, fail, "%s", mt_last_error());
     MT__CHECK(!c->data.datasets_to_split || (t->split = copy_names(c->data.datasets_to_split)),
               MT_ENOMEM, fail, "out of memory copying data.datasets_to_split");
     t->cfg.run.name = t->name;
     t->cfg.run.storage_path = t->storage_path;
     t->cfg.run.checkpoint.score_attribute = t->score_attribute;
+    t->cfg.run.resume_from_checkpoint = t->resume_from;
     t->cfg.data.datasets_to_split = (const char *const *)t->split;
     *out = t;
     return MT_OK;
@@ -109,6 +113,7 @@ void mt_trainer_destroy(mt_trainer **tp)
     free(t->name);
     free(t->storage_path);
     free(t->score_attribute);
+    free(t->resume_from);
     if (t->split)
         for (size_t i = 0; t->split[i]; i++)
             free(t->split[i]);
@@ -220,7 +225,7 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
  * after it move aside; *out is the JSON the other ranks need. An error instead of a start
  * without the checkpoint it names, with the reports it redoes kept, or when result.json
  * cannot be brought in line (appending to it would duplicate rows). */
-static int resume_point(mt__rundir *run, int verbose, json_t **out)
+static int resume_point(mt__rundir *run, const mt_run_config *cfg, json_t **out)
 {
     *out = NULL;
     int64_t last_row = -1;
@@ -228,17 +233,27 @@ static int resume_point(mt__rundir *run, int verbose, json_t **out)
     if (rc)
         return rc;
     int k = -1;
-    rc = mt__checkpoint_pick_valid(run, verbose, last_row < 0 ? INT64_MAX : last_row, &k);
+    rc = mt__checkpoint_pick_valid(run, cfg->verbose, last_row < 0 ? INT64_MAX : last_row, &k);
     if (rc)
         return rc;
     int64_t iteration = k >= 0 ? run->kept[k].iteration : 0;
     json_t *ck = json_null();
-    if (k >= 0) {
+    /* no checkpoint of its own yet: the one run.resume_from_checkpoint names */
+    const char *from = k < 0 ? cfg->resume_from_checkpoint : NULL;
+    if (k >= 0 || from) {
         char dir[4096];
-        snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[k].name);
+        if (from)
+            rc = mt__checkpoint_resolve("run.resume_from_checkpoint", from, dir, sizeof dir);
+        else
+            snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[k].name);
         mt_checkpoint *stored = NULL;
         char *text = NULL;
-        rc = mt__checkpoint_open_stored(dir, &stored);
+        if (!rc) {
+            rc = mt__checkpoint_open_stored(dir, &stored);
+            if (rc && rc != MT_ENOMEM && from)
+                rc = mt__error(MT_EFORMAT, "run.resume_from_checkpoint: %s is not a checkpoint: "
+                               "%s", from, mt_last_error());
+        }
         if (!rc && !(text = mt__checkpoint_describe(dir, &stored->index)))
             rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
         ck = text ? json_string(text) : NULL;
@@ -251,9 +266,9 @@ static int resume_point(mt__rundir *run, int verbose, json_t **out)
         rc = mt__run_supersede(run, iteration);
     if (!rc)
         run->iteration = iteration;
-    if (!rc && !(*out = json_pack("{s:i, s:I, s:f, s:O}", "attempt", run->attempts - 1,
+    if (!rc && !(*out = json_pack("{s:i, s:I, s:f, s:O, s:b}", "attempt", run->attempts - 1,
                                   "iteration", (json_int_t)iteration, "time_total",
-                                  run->time_total, "checkpoint", ck)))
+                                  run->time_total, "checkpoint", ck, "foreign", from != NULL)))
         rc = mt__error(MT_ENOMEM, "out of memory resuming %s", run->dir);
     json_decref(ck);
     return rc;
@@ -303,7 +318,7 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
     rc = text ? mt__write_atomic(ctx->run_dir, "params.json", text) : MT_ENOMEM;
     free(text);
     if (!rc)
-        rc = resume_point(run, t->cfg.run.verbose, info);
+        rc = resume_point(run, &t->cfg.run, info);
     if (!rc)
         rc = mt__run_save(run);
     if (!rc)
@@ -381,18 +396,20 @@ static int share_json(mt_context *ctx, json_t **j)
 static int apply_resume(mt_context *ctx, json_t *info)
 {
     json_int_t iteration = 0;
-    int attempt = 0;
+    int attempt = 0, foreign = 0;
     double total = 0;
     json_t *ck = NULL;
     mt__json_watch();
-    if (!info || json_unpack(info, "{s:i, s:I, s:F, s:o}", "attempt", &attempt, "iteration",
-                             &iteration, "time_total", &total, "checkpoint", &ck) ||
+    if (!info || json_unpack(info, "{s:i, s:I, s:F, s:o, s:b}", "attempt", &attempt, "iteration",
+                             &iteration, "time_total", &total, "checkpoint", &ck, "foreign",
+                             &foreign) ||
         mt__json_oom(NULL))
         return mt__json_oom(NULL) ? mt__error(MT_ENOMEM, "out of memory reading the resume point")
                                   : mt__error(MT_EFORMAT, "corrupt resume information");
     ctx->attempt = attempt;
     ctx->iteration = iteration;
     ctx->time_before = total;
+    ctx->restored_foreign = foreign;
     mt_checkpoint_free(&ctx->restored);
     if (json_is_string(ck)) {
         int rc = mt__checkpoint_from_description(json_string_value(ck), &ctx->restored);
@@ -429,21 +446,68 @@ static void finish_run(mt_context *ctx, const char *status, const char *error)
         fprintf(stderr, "mpitrain: %s\n", mt_last_error());
 }
 
+/* Rank 0: descriptions of the kept checkpoints (name -> text) in *out, so that every
+ * rank's result knows their arrays and metadata; one that cannot be opened is left out
+ * (known by path, as without its files). MT_ENOMEM when memory ran out. */
+static int describe_kept(const mt__rundir *run, json_t **out)
+{
+    char saved[MT__MSG_LEN]; /* the fit's error stays this thread's last one */
+    snprintf(saved, sizeof saved, "%s", mt_last_error());
+    json_t *d = json_object();
+    int rc = d ? MT_OK : MT_ENOMEM;
+    for (int i = 0; !rc && i < run->nkept; i++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[i].name);
+        mt_checkpoint *ck = NULL;
+        rc = mt__checkpoint_open_stored(dir, &ck);
+        if (rc) {
+            rc = rc == MT_ENOMEM ? rc : MT_OK;
+            continue;
+        }
+        char *text = mt__checkpoint_describe(dir, &ck->index);
+        mt_checkpoint_free(&ck);
+        if (!text || json_object_set_new(d, run->kept[i].name, json_string(text)))
+            rc = MT_ENOMEM;
+        free(text);
+    }
+    if (rc) {
+        json_decref(d);
+        return mt__error(MT_ENOMEM, "out of memory describing the checkpoints of %s", run->dir);
+    }
+    mt__error_set_text(saved);
+    *out = d;
+    return MT_OK;
+}
+
 static int build_result(mt_context *ctx, const mt_trainer *t, const char *error, mt_result **out)
 {
     json_t *all = NULL;
+    int rc = MT_OK;
     if (ctx->world_rank == 0) {
         json_t *last = ctx->last_metrics ? mt__metrics_to_json(ctx->last_metrics) : json_null();
-        all = json_pack("{s:o, s:o, s:o}", "run", mt__run_to_json(ctx->run), "last", last,
-                        "params", mt__params_json(&t->cfg, ctx->world_size));
+        json_t *rows = mt__run_read_rows(ctx->run_dir, &rc), *described = NULL;
+        if (!rc && mt__test_fail("result-rows", 0))
+            rc = mt__error(MT_EIO, "%s/result.json: cannot read (test failure)", ctx->run_dir);
+        if (!rc)
+            rc = describe_kept(ctx->run, &described);
+        all = json_pack("{s:o, s:o, s:o*, s:o*, s:o}", "run", mt__run_to_json(ctx->run), "last",
+                        last, "rows", rows, "described", described, "params",
+                        mt__params_json(&t->cfg, ctx->world_size));
     }
-    int rc = share_json(ctx, &all);
+    rc = agreed(ctx, rc); /* result.json unreadable on rank 0: every rank's error */
+    if (!rc)
+        rc = share_json(ctx, &all);
     if (!rc) {
         json_t *last = json_object_get(all, "last");
-        rc = agreed(ctx, mt__result_build(ctx->run_dir, json_object_get(all, "run"),
-                                          json_is_object(last) ? last : NULL,
-                                          json_object_get(all, "params"), error,
-                                          ctx->world_rank == 0, out));
+        rc = mt__test_fail("result-build", ctx->world_rank)
+                 ? mt__error(MT_ENOMEM, "out of memory building a result (test failure)")
+                 : mt__result_build(ctx->run_dir, json_object_get(all, "run"),
+                                    json_is_object(last) ? last : NULL,
+                                    json_object_get(all, "rows"),
+                                    json_object_get(all, "described"),
+                                    json_object_get(all, "params"), error,
+                                    ctx->world_rank == 0, out);
+        rc = agreed(ctx, rc);
         if (rc)
             mt_result_free(out);
     }
@@ -564,8 +628,11 @@ static int fit(mt_trainer *t, mt_result **out)
             rc = MT_ESTOP;
             break;
         }
-        if (!may_retry(t, failures))
+        if (!may_retry(t, failures)) {
+            if (ctx->world_rank == 0)
+                run.failures++; /* run.json counts every failed attempt, the last too */
             break;
+        }
         failures++;
         if (ctx->world_rank == 0) {
             if (t->cfg.run.verbose >= 1)
@@ -575,7 +642,7 @@ static int fit(mt_trainer *t, mt_result **out)
             run.failures++;
             run.attempts++;
             run.time_total = ctx->time_before + mt__now() - ctx->start;
-            if (resume_point(&run, t->cfg.run.verbose, &info) != MT_OK)
+            if (resume_point(&run, &t->cfg.run, &info) != MT_OK)
                 fprintf(stderr, "mpitrain: %s\n", mt_last_error()); /* no info: agreed below */
             if (mt__run_save(&run) != MT_OK)
                 fprintf(stderr, "mpitrain: %s\n", mt_last_error());
@@ -613,7 +680,7 @@ static int fit(mt_trainer *t, mt_result **out)
         /* after a set-up failure: a result with the error and nothing else */
         int e = started ? build_result(ctx, t, error[0] ? error : NULL, out)
                         : mt__result_build(ctx->run_dir ? ctx->run_dir : "", NULL, NULL, NULL,
-                                           error, false, out);
+                                           NULL, NULL, error, false, out);
         if (e && !rc)
             rc = e;
     }

@@ -413,6 +413,45 @@ static void test_resume_fit(void)
     mt_trainer_destroy(&t);
 }
 
+/* Reading a run and a checkpoint back (local): the failing rank's MT_ENOMEM, never a
+ * result or checkpoint quietly missing rows, checkpoints or metadata. */
+static int load_op(mt_context *unused, void *dir)
+{
+    mt_result *r = NULL;
+    int rc = mt_result_load(dir, &r);
+    if (!rc && (mt_result_num_rows(r) == 0 || mt_result_num_best(r) == 0 ||
+                !mt_result_checkpoint(r) || mt_checkpoint_num_arrays(mt_result_checkpoint(r)) == 0))
+        rc = mt__error(MT_EINVAL, "chaos: %s loaded without its rows or checkpoints", (char *)dir);
+    mt_result_free(&r);
+    return rc;
+}
+
+static int open_ck_op(mt_context *unused, void *path)
+{
+    mt_checkpoint *ck = NULL;
+    int rc = mt_checkpoint_open(path, &ck);
+    if (!rc && (mt_checkpoint_num_arrays(ck) != 2 || !mt_checkpoint_get_meta(ck, "epoch") ||
+                mt_checkpoint_num_files(ck) != 1))
+        rc = mt__error(MT_EINVAL, "chaos: %s opened without its arrays, metadata or files",
+                       (char *)path);
+    mt_checkpoint_free(&ck);
+    return rc;
+}
+
+static void test_load_and_open(void)
+{
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/chaos-resume", mt_test_storage());
+    mt_result *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(mt_result_load(dir, &r), MT_OK);
+    snprintf(path, sizeof path, "%s", mt_checkpoint_path(mt_result_checkpoint(r)));
+    mt_result_free(&r);
+    chaos_case load = {"mt_result_load", NULL, load_op, load_op, LOCAL, 100};
+    expect_injected(load.what, chaos_loop(NULL, &load, dir));
+    chaos_case open = {"mt_checkpoint_open", NULL, open_ck_op, open_ck_op, LOCAL, 0};
+    expect_injected(open.what, chaos_loop(NULL, &open, path));
+}
+
 /* ------------------------------------------------------------ shards */
 
 #define NSETS 400
@@ -640,6 +679,7 @@ static const mt_test tests[] = {
     {"report_checkpoint", test_report_checkpoint},
     {"restore", test_restore},
     {"resume_fit", test_resume_fit},
+    {"load_and_open", test_load_and_open},
     {"shards", test_shards},
     {"fusion", test_fusion},
     {NULL, NULL},
