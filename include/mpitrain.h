@@ -94,6 +94,7 @@ MT_EXTERN const char *mt_last_error(void);
 /* Exit statuses of mpitrain programs (and of the job, for MT_EXIT_STALLED and
  * MT_EXIT_LOST). */
 #define MT_EXIT_FAILED 1     /* training failed (retries exhausted) or bad input */
+#define MT_EXIT_USAGE 2      /* a bad command line (mt_args_rest, a malformed option) */
 #define MT_EXIT_PREEMPTED 75 /* stopped for preemption after a checkpoint: requeue me */
 #define MT_EXIT_STALLED 76   /* a rank waited in a collective past stall_timeout_s */
 #define MT_EXIT_LOST 77      /* a rank of the job died (seen by a rank on its host): rerun */
@@ -171,13 +172,43 @@ MT_EXTERN int mt_config_validate(const mt_trainer_config *cfg);
  *   --name, --storage-path, --num-workers, --cpus-per-worker, --max-failures,
  *   --num-to-keep, --checkpoint-score-attribute, --checkpoint-score-order max|min,
  *   --checkpoint-frequency, --checkpoint-at-end, --stall-warn, --stall-timeout,
- *   --verbose, --trace, --help.
- * --help is left in argv: the program prints its usage (with mt_config_usage) and exits. A malformed value is MT_EINVAL naming the option.
- * String fields point into argv or the environment. */
+ *   --verbose, --trace.
+ * Everything else stays in argv, in order, for the program: its own options, --help, and
+ * a "--" with what follows it (which the library does not read). A program then takes its
+ * own options (mt_args_take or its own loop), answers --help (mt_args_help,
+ * mt_config_help) and refuses what is left (mt_args_rest), so a misspelled flag is an
+ * error, never ignored:
+ *
+ *   mt_trainer_config cfg = {...}, defaults = cfg;
+ *   int rc = mt_config_from_args(&cfg, &argc, &argv);
+ *   if (!rc && mt_args_help(argc, argv)) { mt_config_help(stdout, &defaults); exit(0); }
+ *   if (!rc) rc = mt_args_take(&argc, argv, "--epochs", &epochs_text);
+ *   if (!rc) rc = mt_args_rest(argc, argv);      // MT_EINVAL: "unknown option '--epoch'"
+ *
+ * A malformed value is MT_EINVAL naming the option. String fields point into argv or the
+ * environment. */
 MT_EXTERN int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv);
 
-/* Local. Print the options mt_config_from_args takes, for a program's --help. */
+/* Local. Print the options mt_config_from_args takes, with the library's defaults. */
 MT_EXTERN void mt_config_usage(FILE *out);
+/* Local. The same, with the defaults the program starts from: each option whose field is
+ * set in defaults (a copy of the program's config before mt_config_from_args) shows that
+ * value, the others the library's default. NULL defaults = mt_config_usage. The text comes
+ * from the table the parser reads, so help and parser cannot disagree. */
+MT_EXTERN void mt_config_help(FILE *out, const mt_trainer_config *defaults);
+
+/* Local. True when argv (as mt_config_from_args left it) holds "--help" or "-h" before any
+ * "--": the program prints its usage and exits with 0. */
+MT_EXTERN bool mt_args_help(int argc, char *const *argv);
+/* Local. Take a program's own option NAME ("--epochs") out of argv, as "NAME VALUE" or
+ * "NAME=VALUE" before any "--": *value points at its text in argv (the last one given), or
+ * is NULL when absent. MT_EINVAL for NAME without a value (the option is still removed). */
+MT_EXTERN int mt_args_take(int *argc, char **argv, const char *name, const char **value);
+/* Local. Refuse what is left: MT_OK when argv holds only argv[0] (or a lone trailing "--");
+ * else MT_EINVAL, mt_last_error naming each leftover argument, one per line ("unknown
+ * option '--epoch' (see --help)", "unexpected argument 'x' (see --help)"). Call it after
+ * mt_config_from_args and after taking the program's own options. */
+MT_EXTERN int mt_args_rest(int argc, char *const *argv);
 
 /* ---------------------------------------------------------------- set-up */
 
@@ -406,7 +437,8 @@ MT_EXTERN const char *mt_checkpoint_path(const mt_checkpoint *ck);
 
 /* ---------------------------------------------------------------- result */
 
-/* Local. NULL on success; otherwise "rank N: message". */
+/* Local. NULL when the run finished; "preempted: ..." when a stop request ended it (fit
+ * returned MT_ESTOP; rerun to resume); otherwise why it failed ("rank N failed: message"). */
 MT_EXTERN const char *mt_result_error(const mt_result *r);
 /* Local. The run directory. */
 MT_EXTERN const char *mt_result_path(const mt_result *r);
