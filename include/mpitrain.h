@@ -197,6 +197,16 @@ MT_EXTERN void mt_config_usage(FILE *out);
  * from the table the parser reads, so help and parser cannot disagree. */
 MT_EXTERN void mt_config_help(FILE *out, const mt_trainer_config *defaults);
 
+/* Local. mt_config_from_args for a program that takes only some of the library's options:
+ * names is a NULL-terminated list of option names without "--" ({"name", "storage-path",
+ * NULL}); the others stay in argv like any unknown argument (mt_args_rest refuses them), and
+ * MT_NAME / MT_STORAGE_PATH apply only with their option. NULL names = every option. */
+MT_EXTERN int mt_config_from_args_only(mt_trainer_config *cfg, int *argc, char ***argv,
+                                       const char *const *names);
+/* Local. mt_config_help listing only the options named (as for mt_config_from_args_only). */
+MT_EXTERN void mt_config_help_only(FILE *out, const mt_trainer_config *defaults,
+                                   const char *const *names);
+
 /* Local. True when argv (as mt_config_from_args left it) holds "--help" or "-h" before any
  * "--": the program prints its usage and exits with 0. */
 MT_EXTERN bool mt_args_help(int argc, char *const *argv);

@@ -225,11 +225,24 @@ static bool set_value(const opt_def *o, const mt_trainer_config *cfg, char *buf,
     return false;
 }
 
-void mt_config_help(FILE *out, const mt_trainer_config *defaults)
+/* names: NULL = every option; else a NULL-terminated list of names without "--". */
+static bool wanted(const char *const *names, const char *name)
+{
+    if (!names)
+        return true;
+    for (; *names; names++)
+        if (!strcmp(*names, name))
+            return true;
+    return false;
+}
+
+void mt_config_help_only(FILE *out, const mt_trainer_config *defaults, const char *const *names)
 {
     fprintf(out, "mpitrain options (also --opt=VALUE):\n");
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++) {
         const opt_def *o = &opts[i];
+        if (!wanted(names, o->name) || (names && o->kind == OPT_HELP))
+            continue;
         const char *arg = o->kind == OPT_FLAG || o->kind == OPT_HELP ? ""
                           : o->kind == OPT_STR                       ? " TEXT"
                           : o->kind == OPT_ORDER                     ? " max|min"
@@ -245,7 +258,12 @@ void mt_config_help(FILE *out, const mt_trainer_config *defaults)
     }
 }
 
-void mt_config_usage(FILE *out) { mt_config_help(out, NULL); }
+void mt_config_help(FILE *out, const mt_trainer_config *defaults)
+{
+    mt_config_help_only(out, defaults, NULL);
+}
+
+void mt_config_usage(FILE *out) { mt_config_help_only(out, NULL, NULL); }
 
 /* Apply one option; problems go to the list. */
 static void apply(mt_trainer_config *cfg, const opt_def *o, const char *val, problems *n)
@@ -288,7 +306,8 @@ static void apply(mt_trainer_config *cfg, const opt_def *o, const char *val, pro
     }
 }
 
-static const opt_def *find_opt(const char *arg, const char **inline_val)
+static const opt_def *find_opt(const char *arg, const char **inline_val,
+                                const char *const *names)
 {
     if (strncmp(arg, "--", 2) != 0)
         return NULL;
@@ -296,7 +315,8 @@ static const opt_def *find_opt(const char *arg, const char **inline_val)
     const char *eq = strchr(arg, '=');
     size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
-        if (strlen(opts[i].name) == len && !strncmp(opts[i].name, arg, len)) {
+        if (strlen(opts[i].name) == len && !strncmp(opts[i].name, arg, len) &&
+            wanted(names, opts[i].name)) {
             *inline_val = eq ? eq + 1 : NULL;
             return &opts[i];
         }
@@ -305,12 +325,18 @@ static const opt_def *find_opt(const char *arg, const char **inline_val)
 
 int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv)
 {
+    return mt_config_from_args_only(cfg, argc, argv, NULL);
+}
+
+int mt_config_from_args_only(mt_trainer_config *cfg, int *argc, char ***argv,
+                             const char *const *names)
+{
     if (!cfg || !argc || !argv || (*argc > 0 && !*argv))
         return mt__error(MT_EINVAL, "mt_config_from_args: NULL argument");
     const char *env;
-    if ((env = getenv("MT_NAME")) && *env)
+    if ((env = getenv("MT_NAME")) && *env && wanted(names, "name"))
         cfg->run.name = env;
-    if ((env = getenv("MT_STORAGE_PATH")) && *env)
+    if ((env = getenv("MT_STORAGE_PATH")) && *env && wanted(names, "storage-path"))
         cfg->run.storage_path = env;
     problems n = {.n = 0};
     int out = 1;
@@ -323,7 +349,7 @@ int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv)
             break;
         }
         const char *val = NULL;
-        const opt_def *o = find_opt(av[i], &val);
+        const opt_def *o = find_opt(av[i], &val, names);
         if (!o) {
             av[out++] = av[i];
             continue;
