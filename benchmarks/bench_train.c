@@ -80,8 +80,9 @@ int bench_train(bench *b)
         bench_json(b, "train", "\"global_batch\": 128, \"batch_per_rank\": %d, "
                    "\"alone_samples_per_s\": %.1f, \"per_rank_samples_per_s\": %.1f, "
                    "\"min_rank_samples_per_s\": %.1f, \"ratio\": %.4f, "
-                   "\"no_comm_samples_per_s\": %.1f, \"ceiling\": %.4f", n, alone, avg, mn,
-                   avg / alone, busy, busy / alone);
+                   "\"no_comm_samples_per_s\": %.1f, \"ceiling\": %.4f%s", n, alone, avg, mn,
+                   avg / alone, busy, busy / alone,
+                   bench_budget(b, b->size == 2, avg / alone >= 0.85, "ratio >= 0.85 at 2 ranks"));
     }
     mt_fusion_destroy(&f);
     mlp_free(&m);

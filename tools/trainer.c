@@ -243,8 +243,17 @@ static int train(mt_context *c, void *arg)
 
 /* ------------------------------------------------------------ data and options */
 
+/* The example's defaults: the help prints these, main starts from them. */
+static const options default_options = {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4,
+                                         .epochs = 10, .threads = 1, .seed = 1,
+                                         .fail_rank = -1, .fail_epoch = -1};
+static const mt_trainer_config default_config = {
+    .run = {.name = "fashion-mnist",
+            .checkpoint = {.frequency = 1, .num_to_keep = 2, .score_attribute = "test_acc"}}};
+
 static void usage(FILE *out)
 {
+    const options *d = &default_options;
     fprintf(out,
         "usage: mpirun -np N trainer [OPTIONS]     or     trainer --num-workers N [OPTIONS]\n"
         "\n"
@@ -253,21 +262,22 @@ static void usage(FILE *out)
         "  --data FILE.h5          dataset file with /train and /test groups (x: N x 28 x 28\n"
         "                          uint8, y: N uint8); default: the Fashion-MNIST file made from\n"
         "                          the Debian package dataset-fashion-mnist on first use\n"
-        "                          ($MT_DATA_DIR or ~/.cache/mpitrain/fashion-mnist.h5)\n"
-        "  --epochs N              default 10\n"
+        "                          ($MT_DATA_DIR or ~/.cache/mpitrain/fashion-mnist.h5)\n");
+    fprintf(out,
+        "  --epochs N              default %d\n"
         "  --batch-size N          per rank; default 128 / ranks (a constant global batch)\n"
-        "  --lr X                  peak learning rate (cosine decay over the epochs), default 0.05\n"
-        "  --momentum X            default 0.9\n"
-        "  --weight-decay X        default 0.0005\n"
-        "  --seed N                default 1 (initial weights and shuffling)\n"
-        "  --threads N             OpenBLAS threads per rank; 0 = the rank's CPUs; default 1\n"
-        "  --steps-per-epoch N     train on N batches per epoch only (quick runs)\n"
+        "  --lr X                  peak learning rate (cosine decay over the epochs), default %g\n"
+        "  --momentum X            default %g\n"
+        "  --weight-decay X        default %g\n"
+        "  --seed N                default %llu (initial weights and shuffling)\n"
+        "  --threads N             OpenBLAS threads per rank; 0 = the rank's CPUs; default %d\n"
+        "  --steps-per-epoch N     train on N batches per epoch only (quick runs); default: all\n"
         "  --fail-rank R --fail-epoch E   tests: rank R fails in epoch E of the first attempt\n"
         "  --help                  this text\n"
         "\n"
-        "Checkpoints are taken every epoch unless --checkpoint-frequency says otherwise.\n"
-        "Exit status: 0 done, 1 failed, 75 preempted (rerun to resume), 76 stalled, 2 usage.\n\n");
-    mt_config_usage(out);
+        "Exit status: 0 done, 1 failed, 75 preempted (rerun to resume), 76 stalled, 2 usage.\n\n",
+        d->epochs, d->lr, d->momentum, d->weight_decay, (unsigned long long)d->seed, d->threads);
+    mt_config_help(out, &default_config);
 }
 
 /* Every number through the library's strict parser: the whole text, in range (so
@@ -364,8 +374,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int rank = mt_job_rank(), world = mt_job_size();
-    mt_trainer_config cfg = {.run = {.name = "fashion-mnist", .checkpoint = {.frequency = 1,
-                                     .num_to_keep = 2, .score_attribute = "test_acc"}}};
+    mt_trainer_config cfg = default_config;
     rc = mt_config_from_args(&cfg, &argc, &argv);
     if (rc) {
         if (rank == 0)
@@ -373,15 +382,13 @@ int main(int argc, char **argv)
         mt_finalize();
         return 2;
     }
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            if (rank == 0)
-                usage(stdout);
-            mt_finalize();
-            return 0;
-        }
-    job j = {.o = {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4, .epochs = 10,
-                   .threads = 1, .seed = 1, .fail_rank = -1, .fail_epoch = -1}};
+    if (mt_args_help(argc, argv)) {
+        if (rank == 0)
+            usage(stdout);
+        mt_finalize();
+        return 0;
+    }
+    job j = {.o = default_options};
     if (parse(argc, argv, &j.o, rank)) {
         mt_finalize();
         return 2;
