@@ -7,7 +7,10 @@
 #    no file in the temporary folder, unless given --storage-path or --name;
 #  - mpitrain-bench's JSON lines carry date, host, version, ranks and mode, and budget_met
 #    where a budget applies; --fail-on-miss turns a missed budget into exit status 3 (an
-#    impossible and a certain report budget through --budget-report-us: no timing judged).
+#    impossible and a certain report budget through --budget-report-us: no timing judged);
+#  - mpitrain-show names a missing --metric, prints dates and plain numbers, and its plot
+#    has y labels, the per-rank band, the kept and best checkpoints, --log, and leaves
+#    constant columns out.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
@@ -139,6 +142,42 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "unknown option '--num-to-keep'" "$err"; then
     ok "mpitrain-bench refuses a library option it does not take (exit 2)"
 else bad "mpitrain-bench --num-to-keep (exit $rc)"; fi
+
+# mpitrain-show: a missing --metric named, dates, plain numbers; the plot's script (through a
+# stand-in gnuplot that keeps it): y labels, the per-rank band, kept and best checkpoints
+# marked, --log, constant columns left out
+"$run" 2 "$b/tools/trainer" --data "$data" --storage-path "$store/runs" --name show --epochs 3 \
+    --steps-per-epoch 4 --num-to-keep 1 >"$out" 2>"$err"
+sed 's/^{/{"constant":7,/' "$store/runs/show/result.json" >"$store/r" && mv "$store/r" "$store/runs/show/result.json"
+"$b/tools/mpitrain-show" "$store/runs/show" --plot "$store/x.png" --metric test_acc --metric nope >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "mpitrain-show: --metric nope: no report of .* has a number of that name; its numeric metrics: .*test_acc" "$err" \
+    && [ ! -e "$store/x.png" ]; then
+    ok "mpitrain-show --metric with a key no report has: named, with the keys there are"
+else bad "mpitrain-show --metric nope (exit $rc)"; fi
+"$b/tools/mpitrain-show" "$store/runs/show" >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && grep -Eq "^  timestamp +20[0-9]{2}-[01][0-9]-[0-3][0-9] [0-9:]{8}\.[0-9]{3} UTC$" "$out" \
+    && ! grep -q "e+" "$out"; then
+    ok "mpitrain-show: the timestamp as a date, no number in exponent form"
+else bad "mpitrain-show dates and numbers (exit $rc)"; fi
+mkdir -p "$store/bin"
+cat >"$store/bin/gnuplot" <<'GP'
+#!/bin/sh
+cat >"$GP_SCRIPT"
+png=$(sed -n "s/^set output '\(.*\)'$/\1/p" "$GP_SCRIPT")
+printf '\211PNG' >"$png"
+GP
+chmod +x "$store/bin/gnuplot"
+GP_SCRIPT="$store/gp" PATH="$store/bin:$PATH" "$b/tools/mpitrain-show" "$store/runs/show" \
+    --plot "$store/s.png" --log >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "set ylabel 'test_acc'" "$store/gp" && grep -q "set ylabel 'train_loss'" "$store/gp" \
+    && grep -q "filledcurves.*title 'ranks min-max'" "$store/gp" && grep -q "title 'kept checkpoint'" "$store/gp" \
+    && grep -q "title 'best checkpoint'" "$store/gp" && grep -q "^set logscale y" "$store/gp" \
+    && ! grep -q "'constant'" "$store/gp" && grep -q "constant ones left out" "$out"; then
+    ok "mpitrain-show --plot: y labels, the per-rank band, kept and best checkpoints, --log, constant columns left out"
+else bad "mpitrain-show --plot script (exit $rc)"; cat "$store/gp"; fi
 
 # mpitrain-run: the retries its help states
 "$b/tools/mpitrain-run" --help >"$help" 2>"$err"
