@@ -5,7 +5,7 @@
 #    inside the allocation (sbatch --wait), and the runs finish;
 #  - without MT_TRAINER the script finds build-plain/tools/trainer under the submit folder,
 #    and says so when there is no trainer anywhere; a request no node can satisfy is
-#    refused by sbatch with Slurm's reason;
+#    refused by sbatch --test-only (too many tasks) or sbatch (too much memory);
 #  - a running job sent SIGUSR1 (what --signal=B:USR1@N delivers) checkpoints, requeues
 #    itself, resumes and completes, with every iteration once in result.json.
 set -u
@@ -115,13 +115,19 @@ if ! PATH=/usr/sbin:/usr/bin:/sbin:/bin command -v trainer >/dev/null 2>&1; then
         ok "train.sbatch with no trainer anywhere: a message and exit 2"
     else bad "train.sbatch without a trainer (exit $rc)"; fi
 fi
-# a request the node can never satisfy is refused at submission, not left pending
-timeout 30 sbatch --parsable --ntasks=$(($(nproc) * 64 + 1)) --output="$tmp/job-big.out" \
-    "$src/scripts/slurm/train.sbatch" >"$out" 2>"$err"
-rc=$?
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "Requested node configuration is not available" "$err"; then
-    ok "sbatch refuses a request no node can satisfy, with Slurm's reason"
-else bad "an unsatisfiable request (exit $rc)"; scancel "$(cat "$out")" 2>/dev/null; fi
+# a request the node can never satisfy: `sbatch --test-only` (the README's check) refuses
+# too many tasks with Slurm's reason, and sbatch itself refuses too much memory (too many
+# tasks or nodes would pend with reason PartitionConfig on this partition: Slurm's choice)
+timeout 30 sbatch --test-only --ntasks=$(($(nproc) * 64 + 1)) "$src/scripts/slurm/train.sbatch" \
+    >"$out" 2>"$err"
+rc1=$?
+timeout 30 sbatch --parsable --mem=$((mem * 64)) --output="$tmp/job-big.out" \
+    "$src/scripts/slurm/train.sbatch" >"$out" 2>>"$err"
+rc2=$?
+if [ $rc1 -ne 0 ] && [ $rc1 -ne 124 ] && [ $rc2 -ne 0 ] && [ $rc2 -ne 124 ] \
+    && [ "$(grep -c "Requested node configuration is not available" "$err")" -eq 2 ]; then
+    ok "a request no node can satisfy: sbatch --test-only and a too-large --mem are refused with Slurm's reason"
+else bad "an unsatisfiable request (exits $rc1, $rc2)"; scancel "$(cat "$out")" 2>/dev/null; fi
 
 # preemption: SIGUSR1 to the batch script, a checkpoint, a requeue, a resume
 jid=$(MT_TRAINER="$b/tools/trainer" sbatch --parsable --ntasks=2 --output="$tmp/job-requeue.out" \
