@@ -566,6 +566,30 @@ MT_EXTERN int64_t mt_training_iteration(const mt_context *c);
  * use.
  */
 
+/* ---------------------------------------------------------------- for programs
+ *
+ * What a training program needs around the library, with the library's rules: its own
+ * options as strict numbers, and its data in the dataset layout.
+ */
+
+/* Local. A number from a program's option: the whole text, decimal, in [min, max] ("1e3"
+ * and "3.5" are numbers only for mt_parse_f64, which refuses nan and inf; mt_parse_u64
+ * refuses a sign). MT_EINVAL naming what, the text and the rule ("--epochs: '4294967297'
+ * is not an integer from 1 to 1000000"); *out is untouched then. */
+MT_EXTERN int mt_parse_i64(const char *what, const char *text, int64_t min, int64_t max,
+                           int64_t *out);
+MT_EXTERN int mt_parse_u64(const char *what, const char *text, uint64_t min, uint64_t max,
+                           uint64_t *out);
+MT_EXTERN int mt_parse_f64(const char *what, const char *text, double min, double max,
+                           double *out);
+
+/* Local. IDX files (gzip-compressed or plain; images N x ..., labels N) written as GROUP
+ * of the HDF5 file out_file in the dataset layout (columns x and y), as `mpitrain-import
+ * idx` does; an existing file gets a new group, an existing group is refused. labels may be
+ * NULL. MT_EFORMAT for a file whose header lies, naming it. */
+MT_EXTERN int mt_import_idx(const char *images, const char *labels, const char *out_file,
+                            const char *group);
+
 #ifdef __cplusplus
 }
 #endif

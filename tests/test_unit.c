@@ -331,6 +331,57 @@ static void test_config_only_and_help(void)
     free(buf);
 }
 
+/* The public helpers for programs: strict numbers, and the IDX importer (a tiny file pair
+ * written here: 2 images of 2 x 3 bytes, 2 labels). */
+static void test_program_helpers(void)
+{
+    int64_t i = 7;
+    uint64_t u = 7;
+    double d = 7;
+    MT_ASSERT_INT_EQ(mt_parse_i64("--epochs", "12", 1, 100, &i), MT_OK);
+    MT_ASSERT_INT_EQ((int)i, 12);
+    MT_ASSERT_INT_EQ(mt_parse_i64("--epochs", "4294967297", 1, 1000000, &i), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "--epochs: '4294967297' is not an integer from 1 to 1000000");
+    MT_ASSERT_INT_EQ((int)i, 12);
+    MT_ASSERT_INT_EQ(mt_parse_u64("--seed", "-1", 0, UINT64_MAX, &u), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_parse_u64("--seed", "18446744073709551615", 0, UINT64_MAX, &u), MT_OK);
+    CU_ASSERT(u == UINT64_MAX);
+    MT_ASSERT_INT_EQ(mt_parse_f64("--lr", "nan", 0, 1, &d), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_parse_f64("--lr", "5e-2", 0, 1, &d), MT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(d, 0.05, 1e-15);
+    MT_ASSERT_INT_EQ(mt_parse_f64("--lr", "0.5x", 0, 1, &d), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_parse_i64(NULL, "1", 0, 1, &i), MT_EINVAL);
+
+    char dir[] = "/tmp/mpitrain-unit-idx-XXXXXX", img[64], lab[64], h5[64];
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(img, sizeof img, "%s/img", dir);
+    snprintf(lab, sizeof lab, "%s/lab", dir);
+    snprintf(h5, sizeof h5, "%s/d.h5", dir);
+    const unsigned char images[] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 3,
+                                    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    const unsigned char labels[] = {0, 0, 8, 1, 0, 0, 0, 2, 4, 5};
+    FILE *f = fopen(img, "wb");
+    CU_ASSERT(f && fwrite(images, 1, sizeof images, f) == sizeof images);
+    fclose(f);
+    f = fopen(lab, "wb");
+    CU_ASSERT(f && fwrite(labels, 1, sizeof labels, f) == sizeof labels);
+    fclose(f);
+    MT_ASSERT_INT_EQ(mt_import_idx(img, lab, h5, "/train"), MT_OK);
+    CU_ASSERT(access(h5, R_OK) == 0);
+    MT_ASSERT_INT_EQ(mt_import_idx(img, lab, h5, "/train") != MT_OK, 1); /* the group exists */
+    const unsigned char three[] = {0, 0, 8, 1, 0, 0, 0, 3, 1, 2, 3};
+    f = fopen(lab, "wb");
+    CU_ASSERT(f && fwrite(three, 1, sizeof three, f) == sizeof three);
+    fclose(f);
+    MT_ASSERT_INT_EQ(mt_import_idx(img, lab, h5, "/test"), MT_EFORMAT); /* 2 images, 3 labels */
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "has 2 rows but");
+    MT_ASSERT_INT_EQ(mt_import_idx(NULL, lab, h5, "/x"), MT_EINVAL);
+    unlink(img);
+    unlink(lab);
+    unlink(h5);
+    rmdir(dir);
+}
+
 static int never_called(mt_context *c, void *arg) { return MT_OK; }
 
 static void test_trainer_outside_mpi(void)
@@ -702,6 +753,7 @@ static const mt_test tests[] = {
     {"config_help_and_separator", test_config_help_and_separator},
     {"args_leftovers", test_args_leftovers},
     {"config_only_and_help", test_config_only_and_help},
+    {"program_helpers", test_program_helpers},
     {"trainer_outside_mpi", test_trainer_outside_mpi},
     {"strict_numbers", test_strict_numbers},
     {"env_knobs_strict", test_env_knobs_strict},

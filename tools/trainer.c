@@ -17,7 +17,6 @@
  */
 #include <mpitrain.h>
 
-#include "../runtime/runtime.h"
 #include "mlp.h"
 
 #include <cblas.h>
@@ -287,12 +286,13 @@ static int parse(int argc, char **argv, options *o, int rank)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int e = 1; /* 1: not a number option */
+        int64_t n = 0;
 #define INT(name, field, lo, hi)                                              \
         if (e == 1 && !strcmp(a, name))                                       \
-            e = v ? mt__parse_int(name, v, lo, hi, &o->field) : 2;
+            e = v ? (mt_parse_i64(name, v, lo, hi, &n) ? -1 : (o->field = (int)n, 0)) : 2;
 #define REAL(name, field, lo, hi)                                             \
         if (e == 1 && !strcmp(a, name))                                       \
-            e = v ? mt__parse_f64(name, v, lo, hi, &o->field) : 2;
+            e = v ? (mt_parse_f64(name, v, lo, hi, &o->field) ? -1 : 0) : 2;
         INT("--epochs", epochs, 1, 1000000)
         INT("--batch-size", batch, 0, INT_MAX)
         REAL("--lr", lr, 1e-12, 1e6)
@@ -303,7 +303,7 @@ static int parse(int argc, char **argv, options *o, int rank)
         INT("--fail-rank", fail_rank, -1, INT_MAX)
         INT("--fail-epoch", fail_epoch, -1, INT_MAX)
         if (e == 1 && !strcmp(a, "--seed"))
-            e = v ? mt__parse_u64("--seed", v, 0, UINT64_MAX, &o->seed) : 2;
+            e = v ? (mt_parse_u64("--seed", v, 0, UINT64_MAX, &o->seed) ? -1 : 0) : 2;
 #undef INT
 #undef REAL
         if (e == 1 && !strcmp(a, "--data"))
@@ -325,6 +325,27 @@ static int parse(int argc, char **argv, options *o, int rank)
     return 0;
 }
 
+/* mkdir -p: each component of path (MT_EIO naming the one that cannot be made). */
+static int mkdirs(const char *path)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+        return MT_EINVAL;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, "trainer: cannot make %s: %s\n", p, strerror(errno));
+            return MT_EIO;
+        }
+        *s = c;
+        if (!c)
+            return MT_OK;
+    }
+}
+
 /* The default dataset: made once from the Debian package's IDX files by rank 0. */
 static int default_data(char *path, size_t len, int rank)
 {
@@ -341,7 +362,7 @@ static int default_data(char *path, size_t len, int rank)
     snprintf(path, len, "%s/fashion-mnist.h5", d);
     int rc = MT_OK;
     if (rank == 0 && access(path, R_OK) != 0) {
-        rc = mt__mkdirs(d); /* not through a shell: the folder name is data */
+        rc = mkdirs(d); /* not through a shell: the folder name is data */
         char tmp[4200];
         snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
         const char *src = "/usr/share/datasets/fashion-mnist";
@@ -351,7 +372,7 @@ static int default_data(char *path, size_t len, int rank)
         for (int i = 0; i < 2 && !rc; i++) {
             snprintf(img, sizeof img, "%s/%s", src, parts[i][1]);
             snprintf(lab, sizeof lab, "%s/%s", src, parts[i][2]);
-            rc = mt__import_idx(img, lab, tmp, parts[i][0], NULL);
+            rc = mt_import_idx(img, lab, tmp, parts[i][0]);
         }
         if (!rc && rename(tmp, path) != 0)
             rc = MT_EIO;
