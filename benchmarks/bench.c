@@ -3,7 +3,9 @@
  * measured in the same run (raw MPI, raw pread/write), with the ratio, so results are
  * comparable across machines. Runs inside mt_trainer_fit, as training code does.
  */
-#include "config.h"
+#ifdef HAVE_CONFIG_H
+#include "config.h" /* PACKAGE_VERSION, when configure does not pass it on the command line */
+#endif
 
 #include "bench.h"
 #include "../tools/scratch.h"

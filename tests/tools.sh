@@ -119,7 +119,7 @@ rm -rf "$HOME/mpitrain_results"
 "$run" 2 "$b/benchmarks/mpitrain-bench" --quick --suite shard,report,checkpoint --json "$store/b.jsonl" \
     >"$out" 2>"$err"
 rc=$?
-version=$(sed -n 's/^#define PACKAGE_VERSION "\(.*\)"$/\1/p' "$b/config.h")
+version=$(sed -n 's/^Version: //p' "$b/mpitrain.pc")
 if [ $rc -eq 0 ] && "$b/tests/jsonl_check" "$store/b.jsonl" shard report checkpoint >>"$out" 2>>"$err" \
     && [ "$(grep -c "\"host\": \"$(hostname)\", \"version\": \"$version\", \"ranks\": 2, \"mode\": \"quick\"" "$store/b.jsonl")" -eq "$(rows "$store/b.jsonl")" ] \
     && grep -q "^== checkpoint: sharded checkpoint commit of 16 to 256 MiB .*(2 ranks, quick)$" "$out" \
