@@ -18,10 +18,12 @@
  *   int main(int argc, char **argv) {
  *       mt_init(&argc, &argv);
  *       mt_trainer_config cfg = { .run.name = "demo" };
- *       mt_config_from_args(&cfg, &argc, &argv);   // --name, --num-workers, ...
- *       mt_trainer *t; mt_result *res;
- *       int rc = mt_trainer_create(&t, train, NULL, &cfg);
+ *       int rc = mt_config_from_args(&cfg, &argc, &argv);  // --name, --num-workers, ...
+ *       if (!rc) rc = mt_args_rest(argc, argv);             // an unknown flag: refused
+ *       mt_trainer *t = NULL; mt_result *res = NULL;
+ *       if (!rc) rc = mt_trainer_create(&t, train, NULL, &cfg);
  *       if (!rc) rc = mt_trainer_fit(t, &res);
+ *       if (rc && res) fprintf(stderr, "%s\n", mt_result_error(res));  // failed or preempted
  *       ...
  *       mt_result_free(&res); mt_trainer_destroy(&t);
  *       mt_finalize();
