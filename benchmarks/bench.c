@@ -3,27 +3,40 @@
  * measured in the same run (raw MPI, raw pread/write), with the ratio, so results are
  * comparable across machines. Runs inside mt_trainer_fit, as training code does.
  */
+#ifdef HAVE_CONFIG_H
+#include "config.h" /* PACKAGE_VERSION, when configure does not pass it on the command line */
+#endif
+
 #include "bench.h"
+#include "../tools/scratch.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct {
     const char *name;
     int (*run)(bench *b);
-    const char *what;
+    const char *what, *quick; /* the title in full mode, and with --quick */
 } suite;
 
 static const suite suites[] = {
-    {"allreduce", bench_allreduce, "mt_allreduce vs MPI_Allreduce, 4 B to 64 MiB (OSU-style)"},
-    {"fusion", bench_fusion, "256 tensors averaged with mt_fusion vs one MPI_Allreduce each"},
-    {"overlap", bench_overlap, "backward compute with mt_fusion_ready vs compute then reduce"},
-    {"shard", bench_shard, "dataset shard read through parallel HDF5 vs raw pread, warm cache"},
-    {"report", bench_report, "mt_report with 8 numeric metrics vs raw MPI_Gather of the same bytes"},
-    {"checkpoint", bench_checkpoint, "sharded checkpoint commit vs one process write+fsync"},
-    {"train", bench_train, "MLP training steps (global batch 128): per-rank samples/s vs one rank"},
+    {"allreduce", bench_allreduce, "mt_allreduce vs MPI_Allreduce, 4 B to 64 MiB (x2 steps, OSU-style)",
+     "mt_allreduce vs MPI_Allreduce, 4 B to 4 MiB (x4 steps, OSU-style)"},
+    {"fusion", bench_fusion, "256 tensors of 1, 4, 16 and 64 KiB averaged with mt_fusion vs one MPI_Allreduce each",
+     "256 tensors of 1 and 16 KiB averaged with mt_fusion vs one MPI_Allreduce each"},
+    {"overlap", bench_overlap, "backward compute (8 layers x 8 MiB) with mt_fusion_ready vs compute then reduce",
+     "backward compute (8 layers x 2 MiB) with mt_fusion_ready vs compute then reduce"},
+    {"shard", bench_shard, "a 1 GiB dataset's shards read through parallel HDF5 vs raw pread, warm cache",
+     "a 256 MiB dataset's shards read through parallel HDF5 vs raw pread, warm cache"},
+    {"report", bench_report, "2000 mt_report calls with 8 numeric metrics vs raw MPI_Gather of the same bytes",
+     "300 mt_report calls with 8 numeric metrics vs raw MPI_Gather of the same bytes"},
+    {"checkpoint", bench_checkpoint, "sharded checkpoint commit of 16 MiB to 1 GiB vs one process write+fsync",
+     "sharded checkpoint commit of 16 to 256 MiB vs one process write+fsync"},
+    {"train", bench_train, "400 MLP training steps (global batch 128): per-rank samples/s vs one rank",
+     "100 MLP training steps (global batch 128): per-rank samples/s vs one rank"},
 };
 #define NSUITES (int)(sizeof suites / sizeof *suites)
 
@@ -61,13 +74,27 @@ void bench_json(const bench *b, const char *suite_name, const char *fmt, ...)
 {
     if (b->rank != 0 || !b->json)
         return;
-    fprintf(b->json, "{\"suite\": \"%s\", \"ranks\": %d, ", suite_name, b->size);
+    fprintf(b->json, "{\"suite\": \"%s\", \"date\": \"%s\", \"host\": \"%s\", \"version\": \"%s\", "
+            "\"ranks\": %d, \"mode\": \"%s\", ", suite_name, b->date, b->host, PACKAGE_VERSION,
+            b->size, b->quick ? "quick" : "full");
     va_list ap;
     va_start(ap, fmt);
     vfprintf(b->json, fmt, ap);
     va_end(ap);
     fprintf(b->json, "}\n");
     fflush(b->json);
+}
+
+const char *bench_budget(bench *b, bool applies, bool met, const char *rule)
+{
+    b->budget_json[0] = '\0';
+    if (!applies)
+        return b->budget_json;
+    if (!met)
+        b->budgets_missed++;
+    snprintf(b->budget_json, sizeof b->budget_json, ", \"budget\": \"%s\", \"budget_met\": %s",
+             rule, met ? "true" : "false");
+    return b->budget_json;
 }
 
 void bench_say(const bench *b, const char *fmt, ...)
@@ -81,17 +108,34 @@ void bench_say(const bench *b, const char *fmt, ...)
     fflush(stdout);
 }
 
+/* The library's options this program takes: where to keep its run, and tracing. */
+static const char *const lib_options[] = {"name", "storage-path", "trace", NULL};
+
+#define EXIT_BUDGET_MISSED 3
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: mpirun -np N mpitrain-bench [--suite NAME[,NAME...]] [--quick] "
-                 "[--json FILE] [--tmpdir DIR] [mpitrain options]\n\n"
-                 "Suites (default: all):\n");
+                 "[--json FILE] [--tmpdir DIR] [--fail-on-miss] [OPTIONS]\n\n"
+                 "Suites (default: all; full mode / --quick):\n");
     for (int i = 0; i < NSUITES; i++)
-        fprintf(out, "  %-10s %s\n", suites[i].name, suites[i].what);
-    fprintf(out, "\n  --quick      fewer sizes and repetitions (under two minutes on 2 cores)\n"
-                 "  --json FILE  also write one JSON line per figure to FILE (rank 0)\n"
-                 "  --tmpdir DIR where I/O suites write (default: $TMPDIR or /tmp)\n\n");
-    mt_config_usage(out);
+        fprintf(out, "  %-10s %s\n  %-10s %s\n", suites[i].name, suites[i].what, "",
+                suites[i].quick);
+    fprintf(out, "\n  --quick               fewer sizes and repetitions (under two minutes on 2 cores)\n"
+                 "  --json FILE           also write one JSON line per figure to FILE (rank 0): suite,\n"
+                 "                        date, host, version, ranks, mode, the figures, and\n"
+                 "                        budget and budget_met where DESIGN.md sets a budget\n"
+                 "  --tmpdir DIR          where the I/O suites' files go, in a private folder removed\n"
+                 "                        at exit (default: $TMPDIR or /tmp)\n"
+                 "  --fail-on-miss        exit with status %d when a figure misses its budget\n"
+                 "  --budget-report-us US the report suite's budget at 2 ranks (default: 25)\n"
+                 "  --help                this text\n\n"
+                 "The run directory of the benchmark job goes to the private folder too; with\n"
+                 "--name or --storage-path (or MT_NAME, MT_STORAGE_PATH) it is kept there instead.\n\n",
+            EXIT_BUDGET_MISSED);
+    const mt_trainer_config shown = {.run = {.name = "mpitrain-bench",
+                                             .storage_path = "the private folder, removed at exit"}};
+    mt_config_help_only(out, &shown, lib_options);
 }
 
 typedef struct {
@@ -111,7 +155,8 @@ static int run_suites(mt_context *ctx, void *arg)
     for (int i = 0; i < NSUITES && rc == MT_OK; i++) {
         if (!p->selected[i])
             continue;
-        bench_say(b, "\n== %s: %s (%d ranks)\n", suites[i].name, suites[i].what, b->size);
+        bench_say(b, "\n== %s: %s (%d ranks, %s)\n", suites[i].name,
+                  b->quick ? suites[i].quick : suites[i].what, b->size, b->quick ? "quick" : "full");
         rc = suites[i].run(b);
     }
     MPI_Comm_free(&b->raw);
@@ -142,19 +187,23 @@ int main(int argc, char **argv)
     mt_init(&argc, &argv);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    mt_trainer_config cfg = {.run = {.name = "mpitrain-bench", .verbose = MT_VERBOSE_SILENT,
+    static const char default_name[] = "mpitrain-bench";
+    mt_trainer_config cfg = {.run = {.name = default_name, .verbose = MT_VERBOSE_SILENT,
                                      .overwrite = true, .checkpoint.num_to_keep = 1}};
-    int rc = mt_config_from_args(&cfg, &argc, &argv);
-    bench b = {.tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"};
+    int rc = mt_config_from_args_only(&cfg, &argc, &argv, lib_options);
+    /* a name or a storage path (option or environment) asks for the run to be kept */
+    bool keep_run = cfg.run.storage_path || cfg.run.name != default_name;
+    const char *base = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    bench b = {.report_budget_us = 25};
     plan p = {.b = &b};
-    const char *json = NULL, *only = NULL;
-    bool help = false;
-    for (int i = 1; i < argc && !rc; i++) {
+    const char *json = NULL, *only = NULL, *budget = NULL;
+    bool help = !rc && mt_args_help(argc, argv), fail_on_miss = false;
+    for (int i = 1; i < argc && !rc && !help; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
-            help = true;
-        else if (!strcmp(a, "--quick"))
+        if (!strcmp(a, "--quick"))
             b.quick = true;
+        else if (!strcmp(a, "--fail-on-miss"))
+            fail_on_miss = true;
         else if (!strcmp(a, "--json") && i + 1 < argc)
             json = argv[++i];
         else if (!strncmp(a, "--json=", 7))
@@ -164,10 +213,22 @@ int main(int argc, char **argv)
         else if (!strncmp(a, "--suite=", 8))
             only = a + 8;
         else if (!strcmp(a, "--tmpdir") && i + 1 < argc)
-            b.tmpdir = argv[++i];
+            base = argv[++i];
+        else if (!strcmp(a, "--budget-report-us") && i + 1 < argc)
+            budget = argv[++i];
         else {
             if (rank == 0)
                 fprintf(stderr, "mpitrain-bench: unknown option '%s' (see --help)\n", a);
+            rc = MT_EINVAL;
+        }
+    }
+    if (!rc && budget) {
+        char *end = NULL;
+        b.report_budget_us = strtod(budget, &end);
+        if (!*budget || *end || !(b.report_budget_us >= 0)) {
+            if (rank == 0)
+                fprintf(stderr, "mpitrain-bench: --budget-report-us: '%s' is not a number >= 0\n",
+                        budget);
             rc = MT_EINVAL;
         }
     }
@@ -194,11 +255,32 @@ int main(int argc, char **argv)
     cfg.data.memory_limit = (b.quick ? (size_t)256 << 20 : (size_t)1 << 30) / (size_t)world / 4;
     /* every rank must learn about a problem rank 0 found alone */
     MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rc) {
+        if (b.json)
+            fclose(b.json);
+        mt_finalize();
+        return MT_EXIT_USAGE;
+    }
+    /* every file of the run in one private folder, removed at exit (collective) */
+    char scratch[4096];
+    if (scratch_make(base, "mpitrain-bench", true, scratch, sizeof scratch))
+        rc = MT_EIO;
+    b.tmpdir = scratch;
+    if (!keep_run)
+        cfg.run.storage_path = scratch;
+    time_t now = time(NULL);
+    struct tm utc;
+    strftime(b.date, sizeof b.date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &utc));
+    if (gethostname(b.host, sizeof b.host - 1) != 0)
+        snprintf(b.host, sizeof b.host, "?");
+    for (char *h = b.host; *h; h++) /* a JSON string as printed */
+        if (*h == '"' || *h == '\\' || (unsigned char)*h < 0x20)
+            *h = '?';
     if (!rc) {
         mt_trainer *t = NULL;
         mt_result *res = NULL;
         rc = mt_trainer_create(&t, run_suites, &p, &cfg);
-        char shard_file[1024];
+        char shard_file[4200];
         snprintf(shard_file, sizeof shard_file, "%s/mpitrain-bench-shard-%lld.h5", b.tmpdir,
                  (long long)((b.quick ? (size_t)256 << 20 : (size_t)1 << 30) / 4096));
         static const char *names[] = {"bench-independent", "bench-collective",
@@ -208,12 +290,21 @@ int main(int argc, char **argv)
         if (!rc)
             rc = mt_trainer_fit(t, &res);
         if (rc && rank == 0)
-            fprintf(stderr, "mpitrain-bench: %s\n", res ? mt_result_error(res) : mt_last_error());
+            fprintf(stderr, "mpitrain-bench: %s\n",
+                    res && mt_result_error(res) ? mt_result_error(res) : mt_last_error());
         mt_result_free(&res);
         mt_trainer_destroy(&t);
     }
+    scratch_remove(scratch);
     if (b.json)
         fclose(b.json);
+    /* rank 0's count decides, so every rank exits the same way */
+    int missed = b.budgets_missed;
+    MPI_Bcast(&missed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rank == 0 && missed)
+        fprintf(stderr, "mpitrain-bench: %d figure%s missed %s budget%s\n", missed,
+                missed == 1 ? "" : "s", missed == 1 ? "its" : "their",
+                fail_on_miss ? "" : " (--fail-on-miss makes that an error)");
     mt_finalize();
-    return rc ? 1 : 0;
+    return rc ? 1 : missed && fail_on_miss ? EXIT_BUDGET_MISSED : 0;
 }

@@ -16,7 +16,11 @@ typedef struct {
     int rank, size;
     bool quick;
     FILE *json;        /* rank 0 only; may be NULL */
-    const char *tmpdir;
+    const char *tmpdir; /* this run's private folder, removed at exit */
+    char date[32], host[256]; /* rank 0's, for every JSON line */
+    double report_budget_us;  /* the report suite's budget (25; --budget-report-us) */
+    int budgets_missed;       /* figures with a budget that missed it */
+    char budget_json[256];    /* bench_budget's answer */
 } bench;
 
 double bench_now(void);
@@ -27,6 +31,10 @@ void bench_over_ranks(const bench *b, double x, double *mn, double *avg, double 
 /* Rank 0: one JSON line, fields given as a printf format of "key": value pairs. */
 void bench_json(const bench *b, const char *suite, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A figure's budget: when it applies, counts a miss and returns the JSON fields to append to
+ * the figure's line (", \"budget\": RULE, \"budget_met\": true|false"); else "". Every
+ * rank calls it with the same (rank-averaged) values. */
+const char *bench_budget(bench *b, bool applies, bool met, const char *rule);
 /* Rank 0: printf to stdout. */
 void bench_say(const bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

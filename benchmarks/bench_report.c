@@ -42,11 +42,15 @@ int bench_report(bench *b)
                   "ratio");
         bench_say(b, "%6d %8d %14.1f %16.1f %8.1f\n", b->size, n, mt_max * 1e6, raw_max * 1e6,
                   mt_max / raw_max);
+        bool met = mt_max * 1e6 <= b->report_budget_us;
+        char rule[64];
+        snprintf(rule, sizeof rule, "mt_report_median_us <= %g at 2 ranks", b->report_budget_us);
         if (b->size == 2)
-            bench_say(b, "budget: mt_report <= 25 us median at 2 ranks: %.1f us (%s)\n",
-                      mt_max * 1e6, mt_max <= 25e-6 ? "met" : "NOT met");
+            bench_say(b, "budget: mt_report <= %g us median at 2 ranks: %.1f us (%s)\n",
+                      b->report_budget_us, mt_max * 1e6, met ? "met" : "NOT met");
         bench_json(b, "report", "\"reports\": %d, \"metrics\": 8, \"mt_report_median_us\": %.3f, "
-                   "\"raw_gather_median_us\": %.3f", n, mt_max * 1e6, raw_max * 1e6);
+                   "\"raw_gather_median_us\": %.3f%s", n, mt_max * 1e6, raw_max * 1e6,
+                   bench_budget(b, b->size == 2, met, rule));
     }
     mt_metrics_free(&m);
     free(mt);
@@ -100,7 +104,7 @@ int bench_checkpoint(bench *b)
     memset(src, 7, (size_t)64 << 20);
     bench_say(b, "%6s %8s %10s %10s %7s %16s\n", "ranks", "MiB", "raw_MBps", "mt_MBps", "ratio",
               "rank0_grew_MiB");
-    double worst = 1e9;
+    double worst = 1e9, at256 = 0;
     for (int s = 0; s < nsizes && !rc; s++) {
         size_t bytes = sizes[s] << 20, mine = bytes / (size_t)b->size / 4096 * 4096;
         unsigned char *part = malloc(mine ? mine : 1);
@@ -138,15 +142,19 @@ int bench_checkpoint(bench *b)
         double gm = total / bench_median(tm, reps) / 1e6, gr = total / bench_median(tr, reps) / 1e6;
         if (gm / gr < worst)
             worst = gm / gr;
+        if (sizes[s] == 256)
+            at256 = gm / gr;
         bench_say(b, "%6d %8zu %10.0f %10.0f %7.2f %16lld\n", b->size, sizes[s], gr, gm, gm / gr,
                   grew >> 10);
         bench_json(b, "checkpoint", "\"bytes\": %.0f, \"raw_MBps\": %.1f, \"mt_MBps\": %.1f, "
-                   "\"ratio\": %.4f, \"rank0_peak_growth_MiB\": %lld", total, gr, gm, gm / gr,
-                   grew >> 10);
+                   "\"ratio\": %.4f, \"rank0_peak_growth_MiB\": %lld%s", total, gr, gm, gm / gr,
+                   grew >> 10, bench_budget(b, sizes[s] == 256, gm / gr >= 0.7,
+                                            "ratio >= 0.7 at 256 MiB"));
     }
-    if (!rc)
-        bench_say(b, "budget: commit >= 0.7x raw write+fsync: worst %.2fx (%s); rank 0 holds <= "
-                     "64 MiB of the others' data at a time\n", worst, worst >= 0.7 ? "met" : "NOT met");
+    if (!rc && at256 > 0)
+        bench_say(b, "budget: commit of 256 MiB >= 0.7x raw write+fsync: %.2fx (%s; worst of "
+                     "all sizes %.2fx); rank 0 holds <= 64 MiB of the others' data at a time\n",
+                  at256, at256 >= 0.7 ? "met" : "NOT met", worst);
     free(src);
     return rc;
 }

@@ -18,10 +18,12 @@
  *   int main(int argc, char **argv) {
  *       mt_init(&argc, &argv);
  *       mt_trainer_config cfg = { .run.name = "demo" };
- *       mt_config_from_args(&cfg, &argc, &argv);   // --name, --num-workers, ...
- *       mt_trainer *t; mt_result *res;
- *       int rc = mt_trainer_create(&t, train, NULL, &cfg);
+ *       int rc = mt_config_from_args(&cfg, &argc, &argv);  // --name, --num-workers, ...
+ *       if (!rc) rc = mt_args_rest(argc, argv);             // an unknown flag: refused
+ *       mt_trainer *t = NULL; mt_result *res = NULL;
+ *       if (!rc) rc = mt_trainer_create(&t, train, NULL, &cfg);
  *       if (!rc) rc = mt_trainer_fit(t, &res);
+ *       if (rc && res) fprintf(stderr, "%s\n", mt_result_error(res));  // failed or preempted
  *       ...
  *       mt_result_free(&res); mt_trainer_destroy(&t);
  *       mt_finalize();
@@ -94,6 +96,7 @@ MT_EXTERN const char *mt_last_error(void);
 /* Exit statuses of mpitrain programs (and of the job, for MT_EXIT_STALLED and
  * MT_EXIT_LOST). */
 #define MT_EXIT_FAILED 1     /* training failed (retries exhausted) or bad input */
+#define MT_EXIT_USAGE 2      /* a bad command line (mt_args_rest, a malformed option) */
 #define MT_EXIT_PREEMPTED 75 /* stopped for preemption after a checkpoint: requeue me */
 #define MT_EXIT_STALLED 76   /* a rank waited in a collective past stall_timeout_s */
 #define MT_EXIT_LOST 77      /* a rank of the job died (seen by a rank on its host): rerun */
@@ -178,13 +181,53 @@ MT_EXTERN int mt_config_validate(const mt_trainer_config *cfg);
  *   --name, --storage-path, --num-workers, --cpus-per-worker, --max-failures,
  *   --num-to-keep, --checkpoint-score-attribute, --checkpoint-score-order max|min,
  *   --checkpoint-frequency, --checkpoint-at-end, --stall-warn, --stall-timeout,
- *   --resume-from-checkpoint, --verbose, --trace, --help.
- * --help is left in argv: the program prints its usage (with mt_config_usage) and exits. A malformed value is MT_EINVAL naming the option.
- * String fields point into argv or the environment. */
+ *   --resume-from-checkpoint, --verbose, --trace.
+ * Everything else stays in argv, in order, for the program: its own options, --help, and
+ * a "--" with what follows it (which the library does not read). A program then takes its
+ * own options (mt_args_take or its own loop), answers --help (mt_args_help,
+ * mt_config_help) and refuses what is left (mt_args_rest), so a misspelled flag is an
+ * error, never ignored:
+ *
+ *   mt_trainer_config cfg = {...}, defaults = cfg;
+ *   int rc = mt_config_from_args(&cfg, &argc, &argv);
+ *   if (!rc && mt_args_help(argc, argv)) { mt_config_help(stdout, &defaults); exit(0); }
+ *   if (!rc) rc = mt_args_take(&argc, argv, "--epochs", &epochs_text);
+ *   if (!rc) rc = mt_args_rest(argc, argv);      // MT_EINVAL: "unknown option '--epoch'"
+ *
+ * A malformed value is MT_EINVAL naming the option. String fields point into argv or the
+ * environment. */
 MT_EXTERN int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv);
 
-/* Local. Print the options mt_config_from_args takes, for a program's --help. */
+/* Local. Print the options mt_config_from_args takes, with the library's defaults. */
 MT_EXTERN void mt_config_usage(FILE *out);
+/* Local. The same, with the defaults the program starts from: each option whose field is
+ * set in defaults (a copy of the program's config before mt_config_from_args) shows that
+ * value, the others the library's default. NULL defaults = mt_config_usage. The text comes
+ * from the table the parser reads, so help and parser cannot disagree. */
+MT_EXTERN void mt_config_help(FILE *out, const mt_trainer_config *defaults);
+
+/* Local. mt_config_from_args for a program that takes only some of the library's options:
+ * names is a NULL-terminated list of option names without "--" ({"name", "storage-path",
+ * NULL}); the others stay in argv like any unknown argument (mt_args_rest refuses them), and
+ * MT_NAME / MT_STORAGE_PATH apply only with their option. NULL names = every option. */
+MT_EXTERN int mt_config_from_args_only(mt_trainer_config *cfg, int *argc, char ***argv,
+                                       const char *const *names);
+/* Local. mt_config_help listing only the options named (as for mt_config_from_args_only). */
+MT_EXTERN void mt_config_help_only(FILE *out, const mt_trainer_config *defaults,
+                                   const char *const *names);
+
+/* Local. True when argv (as mt_config_from_args left it) holds "--help" or "-h" before any
+ * "--": the program prints its usage and exits with 0. */
+MT_EXTERN bool mt_args_help(int argc, char *const *argv);
+/* Local. Take a program's own option NAME ("--epochs") out of argv, as "NAME VALUE" or
+ * "NAME=VALUE" before any "--": *value points at its text in argv (the last one given), or
+ * is NULL when absent. MT_EINVAL for NAME without a value (the option is still removed). */
+MT_EXTERN int mt_args_take(int *argc, char **argv, const char *name, const char **value);
+/* Local. Refuse what is left: MT_OK when argv holds only argv[0] (or a lone trailing "--");
+ * else MT_EINVAL, mt_last_error naming each leftover argument, one per line ("unknown
+ * option '--epoch' (see --help)", "unexpected argument 'x' (see --help)"). Call it after
+ * mt_config_from_args and after taking the program's own options. */
+MT_EXTERN int mt_args_rest(int argc, char *const *argv);
 
 /* ---------------------------------------------------------------- set-up */
 
@@ -445,7 +488,8 @@ MT_EXTERN const char *mt_checkpoint_file_name(const mt_checkpoint *ck, size_t i)
 
 /* ---------------------------------------------------------------- result */
 
-/* Local. NULL on success; otherwise "rank N: message". */
+/* Local. NULL when the run finished; "preempted: ..." when a stop request ended it (fit
+ * returned MT_ESTOP; rerun to resume); otherwise why it failed ("rank N failed: message"). */
 MT_EXTERN const char *mt_result_error(const mt_result *r);
 /* Local. The run directory. */
 MT_EXTERN const char *mt_result_path(const mt_result *r);
@@ -584,6 +628,30 @@ MT_EXTERN int64_t mt_training_iteration(const mt_context *c);
  * reach libraries loaded later, child processes, and libraries that read them at first
  * use.
  */
+
+/* ---------------------------------------------------------------- for programs
+ *
+ * What a training program needs around the library, with the library's rules: its own
+ * options as strict numbers, and its data in the dataset layout.
+ */
+
+/* Local. A number from a program's option: the whole text, decimal, in [min, max] ("1e3"
+ * and "3.5" are numbers only for mt_parse_f64, which refuses nan and inf; mt_parse_u64
+ * refuses a sign). MT_EINVAL naming what, the text and the rule ("--epochs: '4294967297'
+ * is not an integer from 1 to 1000000"); *out is untouched then. */
+MT_EXTERN int mt_parse_i64(const char *what, const char *text, int64_t min, int64_t max,
+                           int64_t *out);
+MT_EXTERN int mt_parse_u64(const char *what, const char *text, uint64_t min, uint64_t max,
+                           uint64_t *out);
+MT_EXTERN int mt_parse_f64(const char *what, const char *text, double min, double max,
+                           double *out);
+
+/* Local. IDX files (gzip-compressed or plain; images N x ..., labels N) written as GROUP
+ * of the HDF5 file out_file in the dataset layout (columns x and y), as `mpitrain-import
+ * idx` does; an existing file gets a new group, an existing group is refused. labels may be
+ * NULL. MT_EFORMAT for a file whose header lies, naming it. */
+MT_EXTERN int mt_import_idx(const char *images, const char *labels, const char *out_file,
+                            const char *group);
 
 #ifdef __cplusplus
 }

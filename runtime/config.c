@@ -165,58 +165,112 @@ typedef struct {
     opt_kind kind;
     size_t offset;
     const char *help;
+    const char *dflt; /* the library's default, shown when the program sets none; NULL: none */
 } opt_def;
 
 #define OFF(field) offsetof(mt_trainer_config, field)
 static const opt_def opts[] = {
-    {"name", OPT_STR, OFF(run.name), "experiment name (default: mt_<date>_<time>; env MT_NAME)"},
+    {"name", OPT_STR, OFF(run.name), "experiment name (env MT_NAME)", "mt_<date>_<time>"},
     {"storage-path", OPT_STR, OFF(run.storage_path),
-     "folder of run directories (default: ~/mpitrain_results; env MT_STORAGE_PATH)"},
+     "folder of run directories (env MT_STORAGE_PATH)", "~/mpitrain_results"},
     {"num-workers", OPT_INT, OFF(scaling.num_workers),
-     "workers (default: the job's ranks; without mpirun, N spawns N-1 more)"},
+     "workers; without mpirun, N spawns N-1 more ranks", "the job's ranks"},
     {"cpus-per-worker", OPT_INT, OFF(scaling.cpus_per_worker),
-     "CPUs each rank's affinity mask must hold (default: no check)"},
+     "CPUs each rank's affinity mask must hold", "no check"},
     {"max-failures", OPT_INT, OFF(run.failure.max_failures),
-     "retries after a failure, -1 = unlimited (default: 0)"},
-    {"num-to-keep", OPT_INT, OFF(run.checkpoint.num_to_keep),
-     "checkpoints to keep, 0 = all (default: 0)"},
+     "retries after a failure, -1 = unlimited", "0"},
+    {"num-to-keep", OPT_INT, OFF(run.checkpoint.num_to_keep), "checkpoints to keep, 0 = all",
+     "0"},
     {"checkpoint-score-attribute", OPT_STR, OFF(run.checkpoint.score_attribute),
-     "metric that ranks checkpoints, e.g. val/acc (default: newest wins)"},
-    {"checkpoint-score-order", OPT_ORDER, OFF(run.checkpoint.score_order),
-     "max or min (default: max)"},
+     "metric that ranks checkpoints, e.g. val/acc", "none: newest wins"},
+    {"checkpoint-score-order", OPT_ORDER, OFF(run.checkpoint.score_order), "max or min", "max"},
     {"checkpoint-frequency", OPT_INT, OFF(run.checkpoint.frequency),
-     "checkpoint every N reports, 0 = when asked (default: 0)"},
+     "checkpoint every N reports, 0 = when the function asks", "0"},
     {"checkpoint-at-end", OPT_FLAG, OFF(run.checkpoint.at_end),
-     "take a final checkpoint when training ends"},
+     "take a final checkpoint when training ends", "off"},
     {"overwrite", OPT_FLAG, OFF(run.overwrite),
-     "replace a finished run of the same name instead of refusing to start"},
+     "replace a finished run of the same name instead of refusing to start", "off"},
     {"resume-from-checkpoint", OPT_STR, OFF(run.resume_from_checkpoint),
-     "start a new run from this checkpoint folder (default: none)"},
+     "start a new run from this checkpoint folder", "none"},
     {"stall-warn", OPT_SECONDS, OFF(run.failure.stall_warn_s),
-     "seconds in a collective before a stall warning (default: 60)"},
+     "seconds in a collective before a stall warning", "60"},
     {"stall-timeout", OPT_SECONDS, OFF(run.failure.stall_timeout_s),
-     "seconds in a collective before the job aborts (default: 600)"},
-    {"trace", OPT_FLAG, OFF(run.trace), "write a timeline per rank to <run>/trace/ (env MT_TRACE=1)"},
-    {"verbose", OPT_VERBOSE, OFF(run.verbose), "0 silent, 1 a line per report, 2 per-rank detail (default: 1)"},
-    {"help", OPT_HELP, 0, "print this help"},
+     "seconds in a collective before the job aborts", "600"},
+    {"trace", OPT_FLAG, OFF(run.trace), "write a timeline per rank to <run>/trace/ (env MT_TRACE=1)",
+     "off"},
+    {"verbose", OPT_VERBOSE, OFF(run.verbose), "0 silent, 1 a line per report, 2 per-rank detail",
+     "1"},
+    {"help", OPT_HELP, 0, "print this help", NULL},
 };
 #undef OFF
 
-void mt_config_usage(FILE *out)
+/* The value a program put in the option's field, as text; false when the field is zero
+ * (the library's default applies). */
+static bool set_value(const opt_def *o, const mt_trainer_config *cfg, char *buf, size_t len)
+{
+    const char *field = (const char *)cfg + o->offset;
+    switch (o->kind) {
+    case OPT_STR: {
+        const char *v = *(const char *const *)field;
+        return v && snprintf(buf, len, "%s", v) >= 0;
+    }
+    case OPT_INT:
+        return *(const int *)field && snprintf(buf, len, "%d", *(const int *)field) >= 0;
+    case OPT_SECONDS:
+        return *(const double *)field && snprintf(buf, len, "%g", *(const double *)field) >= 0;
+    case OPT_ORDER:
+        return *(const mt_order *)field == MT_ORDER_MIN && snprintf(buf, len, "min") >= 0;
+    case OPT_FLAG:
+        return *(const bool *)field && snprintf(buf, len, "on") >= 0;
+    case OPT_VERBOSE: {
+        int v = *(const int *)field;
+        return v && snprintf(buf, len, "%d", v == MT_VERBOSE_SILENT ? 0 : v) >= 0;
+    }
+    case OPT_HELP:
+        break;
+    }
+    return false;
+}
+
+/* names: NULL = every option; else a NULL-terminated list of names without "--". */
+static bool wanted(const char *const *names, const char *name)
+{
+    if (!names)
+        return true;
+    for (; *names; names++)
+        if (!strcmp(*names, name))
+            return true;
+    return false;
+}
+
+void mt_config_help_only(FILE *out, const mt_trainer_config *defaults, const char *const *names)
 {
     fprintf(out, "mpitrain options (also --opt=VALUE):\n");
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++) {
         const opt_def *o = &opts[i];
+        if (!wanted(names, o->name) || (names && o->kind == OPT_HELP))
+            continue;
         const char *arg = o->kind == OPT_FLAG || o->kind == OPT_HELP ? ""
                           : o->kind == OPT_STR                       ? " TEXT"
                           : o->kind == OPT_ORDER                     ? " max|min"
                           : o->kind == OPT_SECONDS                   ? " SECONDS"
                                                                      : " N";
-        char left[64];
+        char left[64], value[256];
         snprintf(left, sizeof left, "--%s%s", o->name, arg);
-        fprintf(out, "  %-36s %s\n", left, o->help);
+        const char *d = defaults && set_value(o, defaults, value, sizeof value) ? value : o->dflt;
+        if (d)
+            fprintf(out, "  %-36s %s (default: %s)\n", left, o->help, d);
+        else
+            fprintf(out, "  %-36s %s\n", left, o->help);
     }
 }
+
+void mt_config_help(FILE *out, const mt_trainer_config *defaults)
+{
+    mt_config_help_only(out, defaults, NULL);
+}
+
+void mt_config_usage(FILE *out) { mt_config_help_only(out, NULL, NULL); }
 
 /* Apply one option; problems go to the list. */
 static void apply(mt_trainer_config *cfg, const opt_def *o, const char *val, problems *n)
@@ -259,7 +313,8 @@ static void apply(mt_trainer_config *cfg, const opt_def *o, const char *val, pro
     }
 }
 
-static const opt_def *find_opt(const char *arg, const char **inline_val)
+static const opt_def *find_opt(const char *arg, const char **inline_val,
+                                const char *const *names)
 {
     if (strncmp(arg, "--", 2) != 0)
         return NULL;
@@ -267,7 +322,8 @@ static const opt_def *find_opt(const char *arg, const char **inline_val)
     const char *eq = strchr(arg, '=');
     size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
-        if (strlen(opts[i].name) == len && !strncmp(opts[i].name, arg, len)) {
+        if (strlen(opts[i].name) == len && !strncmp(opts[i].name, arg, len) &&
+            wanted(names, opts[i].name)) {
             *inline_val = eq ? eq + 1 : NULL;
             return &opts[i];
         }
@@ -276,12 +332,18 @@ static const opt_def *find_opt(const char *arg, const char **inline_val)
 
 int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv)
 {
+    return mt_config_from_args_only(cfg, argc, argv, NULL);
+}
+
+int mt_config_from_args_only(mt_trainer_config *cfg, int *argc, char ***argv,
+                             const char *const *names)
+{
     if (!cfg || !argc || !argv || (*argc > 0 && !*argv))
         return mt__error(MT_EINVAL, "mt_config_from_args: NULL argument");
     const char *env;
-    if ((env = getenv("MT_NAME")) && *env)
+    if ((env = getenv("MT_NAME")) && *env && wanted(names, "name"))
         cfg->run.name = env;
-    if ((env = getenv("MT_STORAGE_PATH")) && *env)
+    if ((env = getenv("MT_STORAGE_PATH")) && *env && wanted(names, "storage-path"))
         cfg->run.storage_path = env;
     problems n = {.n = 0};
     int out = 1;
@@ -294,7 +356,7 @@ int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv)
             break;
         }
         const char *val = NULL;
-        const opt_def *o = find_opt(av[i], &val);
+        const opt_def *o = find_opt(av[i], &val, names);
         if (!o) {
             av[out++] = av[i];
             continue;
@@ -322,5 +384,73 @@ int mt_config_from_args(mt_trainer_config *cfg, int *argc, char ***argv)
     for (int i = out; i < ac; i++)
         av[i] = NULL;
     *argc = out;
+    return finish(&n);
+}
+
+/* ------------------------------------------------------------ what the library left */
+
+/* The arguments before a "--" (after it, everything belongs to the program). */
+static int args_end(int argc, char *const *argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (argv[i] && !strcmp(argv[i], "--"))
+            return i;
+    return argc;
+}
+
+bool mt_args_help(int argc, char *const *argv)
+{
+    if (!argv)
+        return false;
+    int end = args_end(argc, argv);
+    for (int i = 1; i < end; i++)
+        if (argv[i] && (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")))
+            return true;
+    return false;
+}
+
+int mt_args_take(int *argc, char **argv, const char *name, const char **value)
+{
+    if (!argc || !argv || !name || strncmp(name, "--", 2) != 0 || !value)
+        return mt__error(MT_EINVAL, "mt_args_take: NULL argument or a name without '--'");
+    *value = NULL;
+    size_t len = strlen(name);
+    int end = args_end(*argc, argv), out = 1, i = 1, rc = MT_OK;
+    for (; i < end; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, name, len) != 0 || (a[len] != '\0' && a[len] != '=')) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        if (a[len] == '=')
+            *value = a + len + 1;
+        else if (i + 1 < end)
+            *value = argv[++i];
+        else
+            rc = mt__error(MT_EINVAL, "option %s needs a value", name);
+    }
+    for (; i < *argc; i++) /* "--" and what follows it */
+        argv[out++] = argv[i];
+    for (i = out; i < *argc; i++)
+        argv[i] = NULL;
+    *argc = out;
+    return rc;
+}
+
+int mt_args_rest(int argc, char *const *argv)
+{
+    if (argc <= 1)
+        return MT_OK;
+    if (!argv)
+        return mt__error(MT_EINVAL, "mt_args_rest: argv is NULL");
+    problems n = {.n = 0};
+    int end = args_end(argc, argv);
+    for (int i = 1; i < end; i++)
+        if (argv[i][0] == '-')
+            problem(&n, "unknown option '%s' (see --help)", argv[i]);
+        else
+            problem(&n, "unexpected argument '%s' (see --help)", argv[i]);
+    if (end + 1 < argc) /* a lone trailing "--" is harmless */
+        problem(&n, "unexpected argument '%s' after '--' (see --help)", argv[end + 1]);
     return finish(&n);
 }

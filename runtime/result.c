@@ -19,6 +19,7 @@ typedef struct {
 
 struct mt_result {
     char *error;
+    bool preempted; /* run.json's status: mt_result_error says so */
     char *path;
     int attempts;
     mt_metrics *metrics;
@@ -163,6 +164,7 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
     if (!rc && run_json)
         rc = mt__run_from_json(&run, run_json, "run.json");
     r->attempts = run.attempts;
+    r->preempted = !rc && run_json && !strcmp(run.status, "preempted");
     mt_checkpoint_config cfg = {0};
     const char *attr = NULL, *order = NULL;
     mt__json_watch();
@@ -276,7 +278,13 @@ int mt_result_load(const char *dir, mt_result **out)
     return rc;
 }
 
-const char *mt_result_error(const mt_result *r) { return r ? r->error : NULL; }
+const char *mt_result_error(const mt_result *r)
+{
+    if (r && !r->error && r->preempted)
+        return "preempted: a stop request (SIGTERM or SIGUSR1) ended the run after a "
+               "checkpoint; run it again with the same --storage-path and --name to resume";
+    return r ? r->error : NULL;
+}
 const char *mt_result_path(const mt_result *r) { return r ? r->path : NULL; }
 int mt_result_attempts(const mt_result *r) { return r ? r->attempts : 0; }
 const mt_metrics *mt_result_metrics(const mt_result *r) { return r ? r->metrics : NULL; }

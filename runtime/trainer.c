@@ -287,11 +287,7 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
         rc = mt__run_load(run, ctx->run_dir);
         if (rc)
             return rc;
-        if (!strcmp(run->status, "finished")) {
-            if (!t->cfg.run.overwrite)
-                return mt__error(MT_EINVAL, "%s: this run finished already; start it with "
-                                            "--overwrite (run.overwrite) to replace it, or "
-                                            "choose another --name", ctx->run_dir);
+        if (!strcmp(run->status, "finished")) { /* lock_run refused it without overwrite */
             mt__run_free(run);
             if ((rc = mt__run_clear(ctx->run_dir))) /* run.lock stays: this job holds it */
                 return rc;
@@ -329,9 +325,22 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
     return rc;
 }
 
-/* Rank 0 takes the run directory's lock (creating the folder first); a refusal is every
- * rank's own error with rank 0's text: the job is refused, no rank failed. When the
- * folder cannot be created, prepare_run says so. Collective. */
+/* Rank 0: run.json in dir says the run finished (read errors are prepare_run's). */
+static bool finished(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    json_t *run = json_load_file(path, 0, NULL);
+    const char *status = json_string_value(json_object_get(run, "status"));
+    bool done = status && !strcmp(status, "finished");
+    json_decref(run);
+    return done;
+}
+
+/* Rank 0 takes the run directory's lock (creating the folder first), and refuses a
+ * finished run unless run.overwrite; a refusal is every rank's own error with rank 0's
+ * text: the job is refused, no rank failed. When the folder cannot be created,
+ * prepare_run says so. Collective. */
 static int lock_run(mt_context *ctx, int *lock_fd)
 {
     struct {
@@ -341,6 +350,14 @@ static int lock_run(mt_context *ctx, int *lock_fd)
     if (ctx->world_rank == 0 && mt__mkdirs(ctx->run_dir) == MT_OK &&
         (r.code = mt__run_lock(ctx->run_dir, lock_fd)) != MT_OK)
         snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
+    else if (ctx->world_rank == 0 && !ctx->cfg->run.overwrite && finished(ctx->run_dir)) {
+        /* not a failure of rank 0: every rank says what to do instead */
+        r.code = MT_EINVAL;
+        snprintf(r.msg, sizeof r.msg, "%s: run '%s' finished already; to start a new run give "
+                 "another --name (run.name), or to replace this one --overwrite "
+                 "(run.overwrite)", ctx->run_dir, ctx->name);
+        mt__run_unlock(lock_fd);
+    }
     mt__error_clear();
     int rc = mt__broadcast(ctx->comm, &r, sizeof r, MT_U8, 0);
     if (rc)

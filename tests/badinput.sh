@@ -10,7 +10,7 @@ scratch badinput
 # ---------------------------------------------------------------- mpitrain-show --plot
 # A run directory whose own name and metric keys are gnuplot and shell code: quotes,
 # backslashes (one at the very end), newlines, system(), backquotes, $( ), @macros.
-# Nothing may run; the plot is still drawn.
+# Nothing may run; the plot is still drawn (every metric varies: constant ones are left out).
 (
     cd "$store" || exit 1
     run="run'\$(touch M1)\`touch M2\`\"; system('touch M3') \\"
@@ -18,11 +18,11 @@ scratch badinput
     printf '%s\n' '{"status": "finished", "attempts": 1, "failures": 0,' \
         '"next_checkpoint_index": 0, "training_iteration": 3, "time_total_s": 1.0,' \
         '"checkpoints": []}' >"$run/run.json"
-    hostile='"x'"'"'; system('"'"'touch M4'"'"'); print '"'"'": %d, "q\\"\\\\`touch M5`": %d, "$(touch M6) @x": 2, "end\\\\": %d'
+    hostile='"x'"'"'; system('"'"'touch M4'"'"'); print '"'"'": %d, "q\\"\\\\`touch M5`": %d, "$(touch M6) @x": %d, "end\\\\": %d'
     for it in 1 2; do
-        printf "{\"training_iteration\": %d, \"a\\\\nb\\\\\\\\\": 1.5, $hostile}\n" $it $it $it $it
+        printf "{\"training_iteration\": %d, \"a\\\\nb\\\\\\\\\": 1.%d, $hostile}\n" $it $it $it $it $it $it
     done >"$run/result.json"
-    printf "{\"training_iteration\": 3, $hostile}\n" 3 3 3 >>"$run/result.json"
+    printf "{\"training_iteration\": 3, $hostile}\n" 3 3 3 3 >>"$run/result.json"
     "$b/tools/mpitrain-show" "$run" --plot "p'\$(touch M7)\`touch M8\`.png"
 ) >"$out" 2>"$err"
 rc=$?

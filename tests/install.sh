@@ -1,34 +1,64 @@
 #!/bin/sh
-# Install into a temporary prefix and build a client the way users do:
-#   mpicc client.c $(pkg-config --cflags --libs mpitrain)
-# then run it under mpirun at 2 ranks.
-set -eu
+# Install and build README's demo against the installed library, as users do:
+#  1. this build's `make install` into a DESTDIR, then
+#       mpicc demo.c $(pkg-config --cflags --libs mpitrain)
+#     and a run at 2 ranks (with this build's sanitizer flags, if any);
+#  2. (plain build, not under distcheck) README's commands literally, from
+#     "./configure --prefix=$HOME/mpitrain && make -j && make install" (in a fresh build folder,
+#     HOME a temporary folder) to "mpirun -np 2 ./demo", with no LD_LIBRARY_PATH and no
+#     oversubscription setting: PKG_CONFIG_PATH and the rpath in mpitrain.pc are enough.
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-install.XXXXXX")
+store=$tmp; out="$tmp/out"; err="$tmp/err"
 trap 'rm -rf "$tmp"' EXIT
-${MAKE:-make} -C "${top_builddir:-.}" install DESTDIR="$tmp/root" >"$tmp/install.log" 2>&1 || {
-    cat "$tmp/install.log"; echo "FAILED: make install"; exit 1; }
-pc=$(find "$tmp/root" -name mpitrain.pc | head -n 1)
-[ -n "$pc" ] || { echo "FAILED: mpitrain.pc not installed"; exit 1; }
-pcdir=$(dirname "$pc")
-prefix_in_pc=$(sed -n 's/^prefix=//p' "$pc")
-root_prefix="$tmp/root$prefix_in_pc"
-# the client is README's example, so the manual cannot drift from what builds
+src=$(cd "${top_srcdir:-.}" && pwd)
 awk '/^## A training function/ { f = 1; next } f && /^```c/ { g = 1; next } g && /^```/ { exit } g' \
-    "${top_srcdir:-.}/README.md" >"$tmp/client.c"
-[ -s "$tmp/client.c" ] || { echo "FAILED: no C example in README.md"; exit 1; }
-flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --define-prefix --cflags --libs mpitrain)
-echo "mpicc client.c $flags"
-# a sanitizer build's client gets the sanitizer defaults every program of the build has
-sanopts=""
-[ -n "${MT_SAN_FLAGS:-}" ] && sanopts="${top_srcdir:-.}/common/sanopts.c"
-# shellcheck disable=SC2086
-mpicc ${MT_SAN_FLAGS:-} -o "$tmp/client" "$tmp/client.c" $sanopts $flags
-out=$(LD_LIBRARY_PATH="$root_prefix/lib" MT_STORAGE_PATH="$tmp/results" \
-      "${top_srcdir:-.}/tests/mpirun.sh" 2 -x LD_LIBRARY_PATH -x MT_STORAGE_PATH "$tmp/client")
-echo "$out"
-if echo "$out" | grep -q "iter 3 .*loss=0.2917  \[checkpoint_000002\]" \
-    && grep -q '"status": "finished"' "$tmp/results/demo/run.json"; then
-    echo "1 passed, 0 failed"
-else
-    echo "FAILED: unexpected output"; echo "0 passed, 1 failed"; exit 1
+    "$src/README.md" >"$tmp/demo.c"
+[ -s "$tmp/demo.c" ] || { bad "no C example in README.md"; finish; }
+demo_ran() { # demo_ran RESULTS: the demo's 3 epochs, finished
+    grep -q "iter 3 .*epoch=2 loss=0.2917  \[checkpoint_000002\]" "$out" \
+        && grep -q '"status": "finished"' "$1/demo/run.json"
+}
+
+# 1. DESTDIR install of this build
+if ${MAKE:-make} -C "${top_builddir:-.}" install DESTDIR="$tmp/root" >"$out" 2>"$err"; then
+    pc=$(find "$tmp/root" -name mpitrain.pc | head -n 1)
+    pcdir=$(dirname "${pc:-.}")
+    root_prefix="$tmp/root$(sed -n 's/^prefix=//p' "${pc:-/dev/null}")"
+    flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --define-prefix --cflags --libs mpitrain)
+    echo "mpicc demo.c $flags"
+    # a sanitizer build's client gets the sanitizer defaults every program of the build has
+    sanopts=""
+    [ -n "${MT_SAN_FLAGS:-}" ] && sanopts="$src/common/sanopts.c"
+    # shellcheck disable=SC2086
+    if [ -n "$pc" ] && mpicc ${MT_SAN_FLAGS:-} -o "$tmp/client" "$tmp/demo.c" $sanopts $flags >"$out" 2>"$err" \
+        && LD_LIBRARY_PATH="$root_prefix/lib" MT_STORAGE_PATH="$tmp/results" \
+            "$src/tests/mpirun.sh" 2 -x LD_LIBRARY_PATH -x MT_STORAGE_PATH "$tmp/client" >"$out" 2>"$err" \
+        && demo_ran "$tmp/results"; then
+        ok "make install DESTDIR=...: README's demo builds with pkg-config and runs at 2 ranks"
+    else bad "README's demo against the DESTDIR install"; fi
+else bad "make install DESTDIR=$tmp/root"; fi
+
+# 2. README's commands, literally
+if [ -n "${MT_SANITIZED:-}" ] || [ -n "${MT_QUICK_CHECK:-}" ]; then
+    echo "README's install commands: run by the plain build's make check"
+    finish
 fi
+awk '/^Build it against an installed mpitrain/ { f = 1; next } f && /^```sh/ { g = 1; next }
+     g && /^```/ { exit } g { print } g && /^mpirun -np 2 \.\/demo *(#|$)/ { exit }' "$src/README.md" \
+    | sed -e 's/ *#.*$//' -e "s|^\./configure |\"$src/configure\" |" -e 's/make -j /make -j2 /' >"$tmp/readme.sh"
+mkdir "$tmp/home" "$tmp/build"
+cp "$tmp/demo.c" "$tmp/build/demo.c"
+echo "README's commands (HOME=$tmp/home, in $tmp/build):"; cat "$tmp/readme.sh"
+(cd "$tmp/build" || exit 1
+ unset LD_LIBRARY_PATH PKG_CONFIG_PATH OMPI_MCA_rmaps_base_oversubscribe MT_STORAGE_PATH
+ HOME="$tmp/home"; export HOME
+ timeout -k 5 $((900 * ${MT_TEST_TIMEOUT_SCALE:-1})) sh -eu "$tmp/readme.sh") >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^./configure --prefix=\$HOME/mpitrain" "$src/README.md" \
+    && [ "$(grep -c . "$tmp/readme.sh")" -eq 4 ] && demo_ran "$tmp/home/mpitrain_results" \
+    && readelf -d "$tmp/build/demo" | grep -q "R.*PATH.*$tmp/home/mpitrain/lib"; then
+    ok "README's commands as written: configure --prefix, make install, PKG_CONFIG_PATH, mpicc with pkg-config, mpirun -np 2 (rpath, no LD_LIBRARY_PATH)"
+else bad "README's install commands (exit $rc)"; fi
+finish

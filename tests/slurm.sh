@@ -3,6 +3,9 @@
 # a temporary folder through SLURM_CONF and stopped afterwards:
 #  - scripts/slurm/train.sbatch runs the trainer with srun --mpi=pmix, and with mpirun
 #    inside the allocation (sbatch --wait), and the runs finish;
+#  - without MT_TRAINER the script finds build-plain/tools/trainer under the submit folder,
+#    and says so when there is no trainer anywhere; a request no node can satisfy is
+#    refused by sbatch --test-only (too many tasks) or sbatch (too much memory);
 #  - a running job sent SIGUSR1 (what --signal=B:USR1@N delivers) checkpoints, requeues
 #    itself, resumes and completes, with every iteration once in result.json.
 set -u
@@ -90,6 +93,41 @@ for launch in srun mpirun; do
         ok "sbatch --wait with $launch: job $jid finished at 2 ranks, result.json has 2 reports"
     else bad "sbatch with $launch (exit $rc, job '$jid')"; fi
 done
+
+# the trainer found without MT_TRAINER: build-plain/tools/trainer under the submit folder;
+# with none anywhere, the job says so and exits 2
+mkdir -p "$tmp/src/build-plain/tools" "$tmp/empty"
+ln -s "$b/tools/trainer" "$tmp/src/build-plain/tools/trainer"
+jid=$(cd "$tmp/src" && PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout $limit sbatch --parsable --wait \
+    --ntasks=2 --output="$tmp/job-found.out" "$src/scripts/slurm/train.sbatch" $opts --epochs 1 2>"$err")
+rc=$?
+cp "$tmp/job-found.out" "$out" 2>/dev/null
+if [ $rc -eq 0 ] && grep -q "$tmp/src/build-plain/tools/trainer --name" "$out" \
+    && grep -q '"status": "finished"' "$tmp/runs/mpitrain-$jid/run.json" 2>/dev/null; then
+    ok "train.sbatch without MT_TRAINER finds build-plain/tools/trainer under the submit folder"
+else bad "train.sbatch finding the trainer (exit $rc, job '$jid')"; fi
+if ! PATH=/usr/sbin:/usr/bin:/sbin:/bin command -v trainer >/dev/null 2>&1; then
+    jid=$(cd "$tmp/empty" && PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout $limit sbatch --parsable --wait \
+        --ntasks=1 --output="$tmp/job-none.out" "$src/scripts/slurm/train.sbatch" 2>"$err")
+    rc=$?
+    cp "$tmp/job-none.out" "$out" 2>/dev/null
+    if [ $rc -eq 2 ] && grep -q "train.sbatch: cannot find the trainer: no MT_TRAINER, no trainer on PATH" "$out"; then
+        ok "train.sbatch with no trainer anywhere: a message and exit 2"
+    else bad "train.sbatch without a trainer (exit $rc)"; fi
+fi
+# a request the node can never satisfy: `sbatch --test-only` (the README's check) refuses
+# too many tasks with Slurm's reason, and sbatch itself refuses too much memory (too many
+# tasks or nodes would pend with reason PartitionConfig on this partition: Slurm's choice)
+timeout 30 sbatch --test-only --ntasks=$(($(nproc) * 64 + 1)) "$src/scripts/slurm/train.sbatch" \
+    >"$out" 2>"$err"
+rc1=$?
+timeout 30 sbatch --parsable --mem=$((mem * 64)) --output="$tmp/job-big.out" \
+    "$src/scripts/slurm/train.sbatch" >"$out" 2>>"$err"
+rc2=$?
+if [ $rc1 -ne 0 ] && [ $rc1 -ne 124 ] && [ $rc2 -ne 0 ] && [ $rc2 -ne 124 ] \
+    && [ "$(grep -c "Requested node configuration is not available" "$err")" -eq 2 ]; then
+    ok "a request no node can satisfy: sbatch --test-only and a too-large --mem are refused with Slurm's reason"
+else bad "an unsatisfiable request (exits $rc1, $rc2)"; scancel "$(cat "$out")" 2>/dev/null; fi
 
 # preemption: SIGUSR1 to the batch script, a checkpoint, a requeue, a resume
 jid=$(MT_TRAINER="$b/tools/trainer" sbatch --parsable --ntasks=2 --output="$tmp/job-requeue.out" \

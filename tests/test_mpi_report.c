@@ -371,10 +371,15 @@ static void test_resume_after_failure(void)
         CU_ASSERT(stat(run_file("resume", "result.superseded.json"), &st) == 0);
     }
     /* finished: refused without overwrite, replaced with it */
-    char msg[256];
-    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, NULL), MT_EINVAL);
-    snprintf(msg, sizeof msg, "this run finished already; start it with --overwrite");
+    res = NULL;
+    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, &res), MT_EINVAL);
+    const char *msg = "resume: run 'resume' finished already; to start a new run give another "
+                      "--name (run.name), or to replace this one --overwrite (run.overwrite)";
     MT_ASSERT_STR_CONTAINS(mt_last_error(), msg);
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), msg);
+    /* a refusal, on every rank: no rank failed */
+    CU_ASSERT(strstr(mt_result_error(res) ? mt_result_error(res) : "", "failed") == NULL);
+    mt_result_free(&res);
     cfg.run.overwrite = true;
     a.fail_at = 0;
     MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, NULL), MT_OK);
@@ -539,7 +544,7 @@ static void test_frequency_and_preemption(void)
         MT_ASSERT_INT_EQ(a.wanted[i], want[i]);
     MT_ASSERT_INT_EQ(a.stop_rc, MT_ESTOP);
     MT_ASSERT_INT_EQ(a.iterations, 6);
-    CU_ASSERT_PTR_NULL(mt_result_error(res));
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), "preempted: a stop request");
     mt_result_free(&res);
     if (R() == 0) {
         json_t *run = json_load_file(run_file("preempt", "run.json"), 0, NULL);

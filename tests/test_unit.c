@@ -250,6 +250,138 @@ static void test_config_help_and_separator(void)
     MT_ASSERT_INT_EQ(cfg.run.verbose, MT_VERBOSE_SILENT);
 }
 
+/* What mt_config_from_args leaves: --help found before "--", a program's own option taken
+ * (both forms, the last wins, none without a value), the rest refused by name. */
+static void test_args_leftovers(void)
+{
+    char *args[] = {"prog", "--epochs", "4", "--epoch=5", "x", "--epochs=6", "--", "--help", NULL};
+    int argc = 8;
+    char **argv = args;
+    CU_ASSERT_FALSE(mt_args_help(argc, argv)); /* after "--": the program's data */
+    const char *v = NULL;
+    MT_ASSERT_INT_EQ(mt_args_take(&argc, argv, "--epochs", &v), MT_OK);
+    MT_ASSERT_STR_EQ(v, "6");
+    MT_ASSERT_INT_EQ(argc, 5);
+    MT_ASSERT_STR_EQ(argv[1], "--epoch=5");
+    MT_ASSERT_STR_EQ(argv[2], "x");
+    MT_ASSERT_STR_EQ(argv[3], "--");
+    CU_ASSERT_PTR_NULL(argv[5]);
+    MT_ASSERT_INT_EQ(mt_args_rest(argc, argv), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "unknown option '--epoch=5' (see --help)\n"
+                                            "unexpected argument 'x' (see --help)\n"
+                                            "unexpected argument '--help' after '--'");
+    char *alone[] = {"prog", "--", NULL};
+    MT_ASSERT_INT_EQ(mt_args_rest(2, alone), MT_OK);
+    MT_ASSERT_INT_EQ(mt_args_rest(1, alone), MT_OK);
+    char *missing[] = {"prog", "-h", "--epochs", NULL};
+    argc = 3;
+    argv = missing;
+    CU_ASSERT_TRUE(mt_args_help(argc, argv));
+    MT_ASSERT_INT_EQ(mt_args_take(&argc, argv, "--epochs", &v), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "option --epochs needs a value");
+    CU_ASSERT_PTR_NULL(v);
+    MT_ASSERT_INT_EQ(argc, 2);
+    MT_ASSERT_INT_EQ(mt_args_take(&argc, argv, "epochs", &v), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_args_take(NULL, argv, "--epochs", &v), MT_EINVAL);
+}
+
+/* A program taking some of the library's options: the others are left (and refused), the
+ * environment applies only with its option; the help lists only those, with the program's
+ * defaults where it set them and the library's elsewhere. */
+static void test_config_only_and_help(void)
+{
+    setenv("MT_NAME", "from-env", 1);
+    static const char *const names[] = {"storage-path", "trace", NULL};
+    char *args[] = {"prog", "--storage-path", "/s", "--trace", "--num-to-keep", "3", NULL};
+    int argc = 6;
+    char **argv = args;
+    mt_trainer_config cfg = {.run.name = "prog-run"};
+    MT_ASSERT_INT_EQ(mt_config_from_args_only(&cfg, &argc, &argv, names), MT_OK);
+    unsetenv("MT_NAME");
+    MT_ASSERT_STR_EQ(cfg.run.name, "prog-run");
+    MT_ASSERT_STR_EQ(cfg.run.storage_path, "/s");
+    CU_ASSERT_TRUE(cfg.run.trace);
+    MT_ASSERT_INT_EQ(cfg.run.checkpoint.num_to_keep, 0);
+    MT_ASSERT_INT_EQ(argc, 3);
+    MT_ASSERT_INT_EQ(mt_args_rest(argc, argv), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "unknown option '--num-to-keep'");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    mt_config_help_only(f, NULL, names);
+    fclose(f);
+    MT_ASSERT_STR_CONTAINS(buf, "--storage-path TEXT");
+    MT_ASSERT_STR_CONTAINS(buf, "(default: ~/mpitrain_results)");
+    CU_ASSERT(strstr(buf, "--num-to-keep") == NULL && strstr(buf, "--help") == NULL);
+    free(buf);
+    mt_trainer_config d = {.run = {.name = "fashion-mnist", .verbose = MT_VERBOSE_SILENT,
+                                   .failure.stall_warn_s = 2.5,
+                                   .checkpoint = {.num_to_keep = 2, .score_attribute = "test_acc",
+                                                  .score_order = MT_ORDER_MIN, .at_end = true}}};
+    f = open_memstream(&buf, &len);
+    mt_config_help(f, &d);
+    fclose(f);
+    const char *want[] = {"(default: fashion-mnist)", "checkpoints to keep, 0 = all (default: 2)",
+                          "(default: test_acc)", "max or min (default: min)",
+                          "training ends (default: on)", "warning (default: 2.5)",
+                          "per-rank detail (default: 0)", "aborts (default: 600)",
+                          "--help                               print this help\n"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        MT_ASSERT_STR_CONTAINS(buf, want[i]);
+    free(buf);
+}
+
+/* The public helpers for programs: strict numbers, and the IDX importer (a tiny file pair
+ * written here: 2 images of 2 x 3 bytes, 2 labels). */
+static void test_program_helpers(void)
+{
+    int64_t i = 7;
+    uint64_t u = 7;
+    double d = 7;
+    MT_ASSERT_INT_EQ(mt_parse_i64("--epochs", "12", 1, 100, &i), MT_OK);
+    MT_ASSERT_INT_EQ((int)i, 12);
+    MT_ASSERT_INT_EQ(mt_parse_i64("--epochs", "4294967297", 1, 1000000, &i), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "--epochs: '4294967297' is not an integer from 1 to 1000000");
+    MT_ASSERT_INT_EQ((int)i, 12);
+    MT_ASSERT_INT_EQ(mt_parse_u64("--seed", "-1", 0, UINT64_MAX, &u), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_parse_u64("--seed", "18446744073709551615", 0, UINT64_MAX, &u), MT_OK);
+    CU_ASSERT(u == UINT64_MAX);
+    MT_ASSERT_INT_EQ(mt_parse_f64("--lr", "nan", 0, 1, &d), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_parse_f64("--lr", "5e-2", 0, 1, &d), MT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(d, 0.05, 1e-15);
+    MT_ASSERT_INT_EQ(mt_parse_f64("--lr", "0.5x", 0, 1, &d), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_parse_i64(NULL, "1", 0, 1, &i), MT_EINVAL);
+
+    char dir[] = "/tmp/mpitrain-unit-idx-XXXXXX", img[64], lab[64], h5[64];
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(img, sizeof img, "%s/img", dir);
+    snprintf(lab, sizeof lab, "%s/lab", dir);
+    snprintf(h5, sizeof h5, "%s/d.h5", dir);
+    const unsigned char images[] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 3,
+                                    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    const unsigned char labels[] = {0, 0, 8, 1, 0, 0, 0, 2, 4, 5};
+    FILE *f = fopen(img, "wb");
+    CU_ASSERT(f && fwrite(images, 1, sizeof images, f) == sizeof images);
+    fclose(f);
+    f = fopen(lab, "wb");
+    CU_ASSERT(f && fwrite(labels, 1, sizeof labels, f) == sizeof labels);
+    fclose(f);
+    MT_ASSERT_INT_EQ(mt_import_idx(img, lab, h5, "/train"), MT_OK);
+    CU_ASSERT(access(h5, R_OK) == 0);
+    MT_ASSERT_INT_EQ(mt_import_idx(img, lab, h5, "/train") != MT_OK, 1); /* the group exists */
+    const unsigned char three[] = {0, 0, 8, 1, 0, 0, 0, 3, 1, 2, 3};
+    f = fopen(lab, "wb");
+    CU_ASSERT(f && fwrite(three, 1, sizeof three, f) == sizeof three);
+    fclose(f);
+    MT_ASSERT_INT_EQ(mt_import_idx(img, lab, h5, "/test"), MT_EFORMAT); /* 2 images, 3 labels */
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "has 2 rows but");
+    MT_ASSERT_INT_EQ(mt_import_idx(NULL, lab, h5, "/x"), MT_EINVAL);
+    unlink(img);
+    unlink(lab);
+    unlink(h5);
+    rmdir(dir);
+}
+
 static int never_called(mt_context *c, void *arg) { return MT_OK; }
 
 static void test_trainer_outside_mpi(void)
@@ -619,6 +751,9 @@ static const mt_test tests[] = {
     {"config_from_args_errors", test_config_from_args_errors},
     {"config_precedence", test_config_precedence},
     {"config_help_and_separator", test_config_help_and_separator},
+    {"args_leftovers", test_args_leftovers},
+    {"config_only_and_help", test_config_only_and_help},
+    {"program_helpers", test_program_helpers},
     {"trainer_outside_mpi", test_trainer_outside_mpi},
     {"strict_numbers", test_strict_numbers},
     {"env_knobs_strict", test_env_knobs_strict},

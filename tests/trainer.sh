@@ -49,6 +49,27 @@ for np in 2 4; do
     else bad "spawn mode at $np (exit $rc, loss '$l1' vs '$l2')"; fi
 done
 
+# README's "Running the example" block as written (HOME is the scratch folder; each trainer
+# line gets the subset and 1 epoch), without this suite's oversubscription setting: the
+# block's own flags must be enough on a 2-core machine. Its first run name is example.sh's.
+awk '/^## Running the example/ { f = 1; next } f && /^```sh/ { g = 1; next } g && /^```/ { exit } g' \
+    "${top_srcdir:-.}/README.md" | sed -e 's/ *#.*$//' -e "s|build-plain/|$(cd "$b" && pwd)/|g" \
+    -e "/tools\/trainer /s|\$| --data $data --steps-per-epoch 10 --epochs 1 --verbose 0|" >"$store/readme.sh"
+mkdir -p "$store/runs/fashion-mnist-np2"
+cp -r "$store/runs/short-2/." "$store/runs/fashion-mnist-np2/"
+ln -s "$store/runs" "$store/mpitrain_results"
+(unset OMPI_MCA_rmaps_base_oversubscribe; HOME=$store; export HOME; cd "$store" || exit 1
+ timeout -k 5 $((240 * ${MT_TEST_TIMEOUT_SCALE:-1})) sh -eu "$store/readme.sh") >"$out" 2>"$err"
+rc=$?
+example_np=$(sed -n 's/^np=\${1:-\([0-9]*\)}$/\1/p' "${top_srcdir:-.}/scripts/example.sh")
+if [ $rc -eq 0 ] && [ "$(grep -c "trainer " "$store/readme.sh")" -eq 2 ] && [ -s "$store/curves.png" ] \
+    && [ "$(last_field np4 training_iteration)" = 1 ] && [ "$(last_field spawn4 training_iteration)" = 1 ] \
+    && grep -q -- '--name "fashion-mnist-np$np"' "${top_srcdir:-.}/scripts/example.sh" && [ "$example_np" = 2 ] \
+    && grep -q "^status     finished" "$out"; then
+    ok "README's 'Running the example' commands run as written on this machine (4 ranks, spawn, show)"
+else bad "README's 'Running the example' block (exit $rc)"; cat "$store/readme.sh"; fi
+rm -f "$store/curves.png"
+
 # mpitrain-show and its plot
 "$b/tools/mpitrain-show" "$store/runs/short-2" --plot "$store/curves.png" >"$out" 2>"$err"
 rc=$?

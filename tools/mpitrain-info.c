@@ -5,21 +5,32 @@
  */
 #include <mpitrain.h>
 
+#include "scratch.h"
+
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+/* The library's options this program takes: the launch checks, and where to keep a run. */
+static const char *const lib_options[] = {"num-workers", "cpus-per-worker", "name",
+                                          "storage-path", NULL};
+
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: mpirun -np N mpitrain-info [OPTIONS]\n"
+            "usage: mpirun -np N mpitrain-info [OPTIONS]     or     mpitrain-info --num-workers N\n"
             "\n"
             "Prints one line per rank (world rank, local rank, node rank, number of CPUs, host\n"
-            "name, CPU list) and checks the launch against the options below, like a training\n"
-            "job would.\n\n");
-    mt_config_usage(out);
+            "name, CPU list) and checks the launch against --num-workers and --cpus-per-worker,\n"
+            "like a training job would. It runs as a job of its own, whose run directory goes to\n"
+            "a temporary folder removed at exit; with --name or --storage-path (or MT_NAME,\n"
+            "MT_STORAGE_PATH) it is kept there instead.\n\n"
+            "  --help                               this text\n");
+    const mt_trainer_config shown = {.run = {.name = "mpitrain-info",
+                                             .storage_path = "a temporary folder, removed at exit"}};
+    mt_config_help_only(out, &shown, lib_options);
 }
 
 /* "0-3,6" from this process's affinity mask */
@@ -80,37 +91,47 @@ static int report(mt_context *c, void *arg)
 int main(int argc, char **argv)
 {
     /* a diagnostic: its run directory is replaced every time */
-    mt_trainer_config cfg = {.run = {.name = "mpitrain-info", .overwrite = true}};
+    static const char default_name[] = "mpitrain-info";
+    mt_trainer_config cfg = {.run = {.name = default_name, .overwrite = true}};
     int rc = mt_init(&argc, &argv);
     if (rc) {
         fprintf(stderr, "mpitrain-info: %s\n", mt_last_error());
         return 1;
     }
-    rc = mt_config_from_args(&cfg, &argc, &argv);
-    bool help = argc > 1 && !strcmp(argv[1], "--help");
-    int world_rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    if (rc && world_rank == 0)
+    rc = mt_config_from_args_only(&cfg, &argc, &argv, lib_options);
+    /* a name or a storage path (option or environment) asks for the run to be kept */
+    bool asked = cfg.run.storage_path || cfg.run.name != default_name;
+    bool help = !rc && mt_args_help(argc, argv);
+    if (!rc && !help)
+        rc = mt_args_rest(argc, argv);
+    int rank = mt_job_rank();
+    if (rc && rank == 0)
         fprintf(stderr, "mpitrain-info: %s\n", mt_last_error());
-    if (!rc && !help && argc > 1) {
-        if (world_rank == 0)
-            fprintf(stderr, "mpitrain-info: unknown option '%s' (see --help)\n", argv[1]);
-        rc = MT_EINVAL;
-    }
-    if (help && world_rank == 0)
+    if (help && rank == 0)
         usage(stdout);
-    if (!rc && !help) {
-        mt_trainer *t = NULL;
-        mt_result *res = NULL;
-        rc = mt_trainer_create(&t, report, NULL, &cfg);
-        if (!rc)
-            rc = mt_trainer_fit(t, &res);
-        if (rc && world_rank == 0)
-            fprintf(stderr, "mpitrain-info: %s\n",
-                    mt_result_error(res) ? mt_result_error(res) : mt_last_error());
-        mt_result_free(&res);
-        mt_trainer_destroy(&t);
+    if (rc || help) {
+        mt_finalize();
+        return rc ? MT_EXIT_USAGE : 0;
     }
+    char tmp[4096] = "";
+    if (!asked) { /* collective over MPI_COMM_WORLD: every rank learns a failure */
+        if (scratch_make(getenv("TMPDIR"), "mpitrain-info", true, tmp, sizeof tmp))
+            rc = MT_EIO;
+        cfg.run.storage_path = tmp[0] ? tmp : "(rank 0's temporary folder)";
+        cfg.run.verbose = MT_VERBOSE_SILENT; /* no line naming a folder that is gone */
+    }
+    mt_trainer *t = NULL;
+    mt_result *res = NULL;
+    if (!rc)
+        rc = mt_trainer_create(&t, report, NULL, &cfg);
+    if (!rc)
+        rc = mt_trainer_fit(t, &res);
+    if (rc && rank == 0)
+        fprintf(stderr, "mpitrain-info: %s\n",
+                mt_result_error(res) ? mt_result_error(res) : mt_last_error());
+    mt_result_free(&res);
+    mt_trainer_destroy(&t);
+    scratch_remove(tmp);
     mt_finalize();
     return rc ? 1 : 0;
 }

@@ -1,7 +1,9 @@
 /*
  * mpitrain-show -- what a run directory says: status, attempts and failures, the kept
  * checkpoints (best first, with their scores), the last metrics; --plot draws learning
- * curves (metrics against training_iteration) with gnuplot.
+ * curves (metrics against training_iteration) with gnuplot: one panel per metric with its
+ * name on the y axis, the per-rank min-max band where the run recorded one, the kept
+ * checkpoints and the best one marked.
  */
 #include <mpitrain.h>
 #include "show-timeline.h"
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_METRICS 16
@@ -22,14 +25,18 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-        "usage: mpitrain-show RUN_DIR [--plot FILE.png] [--metric KEY]... [--timeline]\n"
+        "usage: mpitrain-show RUN_DIR [--plot FILE.png [--metric KEY]... [--log]] [--timeline]\n"
         "\n"
         "Prints a run's status, attempts and failures, its kept checkpoints (best first by\n"
         "the run's checkpoint score attribute) and its last reported metrics.\n"
         "\n"
         "  --plot FILE.png  draw the learning curves with gnuplot (Debian package gnuplot-nox)\n"
-        "  --metric KEY     a metric to draw (repeat; default: every numeric metric except the\n"
-        "                   automatic time keys)\n"
+        "                   (one panel per metric; the per-rank min-max band where the run\n"
+        "                   recorded one; kept checkpoints as dots, the best as a star)\n"
+        "  --metric KEY     a metric to draw (repeat; default: every numeric metric of the\n"
+        "                   first report that changes over the run, except the automatic\n"
+        "                   time keys)\n"
+        "  --log            a logarithmic y axis for every metric whose values are all > 0\n"
         "  --timeline       where each rank's step time went (needs a run made with --trace)\n"
         "  --help           this text\n");
 }
@@ -45,6 +52,41 @@ static void put_text(const char *s, int width)
         putchar(' ');
 }
 
+/* Seconds since the epoch as a UTC date, with milliseconds. */
+static const char *date_text(double t, char *buf, size_t len)
+{
+    time_t s = (time_t)floor(t);
+    struct tm tm;
+    if (!isfinite(t) || !gmtime_r(&s, &tm)) {
+        snprintf(buf, len, "%g", t);
+        return buf;
+    }
+    size_t n = strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(buf + n, len - n, ".%03d UTC", (int)((t - floor(t)) * 1000));
+    return buf;
+}
+
+/* A number as people read it: no exponent between 1e-4 and 1e12, 6 significant digits. */
+static const char *number_text(double d)
+{
+    static _Thread_local char buf[64];
+    double a = fabs(d);
+    if (a == 0 || !isfinite(d) || a < 1e-4 || a >= 1e12)
+        snprintf(buf, sizeof buf, "%.6g", d);
+    else {
+        int decimals = 5 - (int)floor(log10(a)); /* 6 significant digits */
+        snprintf(buf, sizeof buf, "%.*f", decimals < 0 ? 0 : decimals, d);
+        if (strchr(buf, '.')) { /* no trailing zeros */
+            char *e = buf + strlen(buf) - 1;
+            while (*e == '0')
+                *e-- = '\0';
+            if (*e == '.')
+                *e = '\0';
+        }
+    }
+    return buf;
+}
+
 static void print_metrics(const mt_metrics *m, const char *indent)
 {
     for (size_t i = 0; i < mt_metrics_count(m); i++) {
@@ -57,11 +99,14 @@ static void print_metrics(const mt_metrics *m, const char *indent)
             putchar(' ');
             put_text(s, 0);
             putchar('\n');
+        } else if (!strcmp(k, "timestamp") && mt_metrics_get_f64(m, k, &d) == MT_OK) {
+            char date[64];
+            printf(" %s\n", date_text(d, date, sizeof date));
         } else if (mt_metrics_get_f64(m, k, &d) == MT_OK && mt_metrics_get_i64(m, k, &v) == MT_OK &&
                  (double)v == d)
             printf(" %lld\n", (long long)v);
         else if (mt_metrics_get_f64(m, k, &d) == MT_OK)
-            printf(" %.6g\n", d);
+            printf(" %s\n", number_text(d));
         else
             putchar('\n');
     }
@@ -144,7 +189,42 @@ static bool has_control(const char *s)
     return false;
 }
 
-static int plot(const char *dir, const char *png, const char **wanted, int nwanted)
+/* What --plot marks and how. */
+typedef struct {
+    const char **wanted;  /* --metric keys; none: the varying numeric keys of the first row */
+    int nwanted;
+    bool log;             /* --log */
+    const int64_t *kept;  /* iterations of the kept checkpoints */
+    int nkept;
+    int64_t best;         /* the best checkpoint's iteration (-1: no score attribute) */
+} plot_opts;
+
+/* 0 none, 1 a kept checkpoint, 2 the best one. */
+static int mark_of(const plot_opts *o, int64_t it)
+{
+    if (it == o->best)
+        return 2;
+    for (int i = 0; i < o->nkept; i++)
+        if (o->kept[i] == it)
+            return 1;
+    return 0;
+}
+
+/* A per-rank statistic of key in a row ("per_rank": {key: {"min":..,"max":..}}). */
+static json_t *per_rank(json_t *row, const char *key, const char *stat)
+{
+    return json_object_get(json_object_get(json_object_get(row, "per_rank"), key), stat);
+}
+
+static void put_number(FILE *out, json_t *v)
+{
+    if (json_is_number(v) && isfinite(json_number_value(v)))
+        fprintf(out, " %.10g", json_number_value(v));
+    else
+        fprintf(out, " NaN");
+}
+
+static int plot(const char *dir, const char *png, const plot_opts *o)
 {
     if (has_control(png)) {
         fprintf(stderr, "mpitrain-show: --plot: the file name contains control characters\n");
@@ -157,62 +237,107 @@ static int plot(const char *dir, const char *png, const char **wanted, int nwant
         fprintf(stderr, "mpitrain-show: %s: no reports to plot (%s)\n", path, strerror(errno));
         return 1;
     }
-    const char *keys[MAX_METRICS];
-    int nk = 0;
-    for (int i = 0; i < nwanted && nk < MAX_METRICS; i++)
-        keys[nk++] = wanted[i];
-    char data[] = "/tmp/mpitrain-show-XXXXXX";
-    int fd = mkstemp(data);
-    FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!out) {
-        fclose(in);
-        if (fd >= 0) {
-            close(fd);
-            unlink(data);
-        }
-        fprintf(stderr, "mpitrain-show: cannot write a temporary file: %s\n", strerror(errno));
-        return 1;
-    }
+    /* the rows once, kept; the keys they hold */
+    json_t *rows = json_array(), *seen = json_object();
     char *line = NULL;
     size_t cap = 0;
-    json_t *first = NULL;
-    int rows = 0;
     while (getline(&line, &cap, in) > 0) {
         json_t *row = json_loads(line, 0, NULL);
         if (!json_is_object(row)) {
             json_decref(row);
             continue;
         }
-        if (!first && !nwanted) { /* default: the numeric keys of the first row */
-            first = row;
-            const char *k;
-            json_t *v;
-            json_object_foreach(row, k, v)
-                if (json_is_number(v) && !automatic(k) && nk < MAX_METRICS)
-                    keys[nk++] = k; /* borrowed from `first`, kept until the end */
-        }
-        fprintf(out, "%lld", (long long)json_integer_value(json_object_get(row, "training_iteration")));
-        for (int i = 0; i < nk; i++) {
-            json_t *v = json_object_get(row, keys[i]);
-            if (json_is_number(v) && isfinite(json_number_value(v)))
-                fprintf(out, " %.10g", json_number_value(v));
-            else
-                fprintf(out, " NaN");
-        }
-        fputc('\n', out);
-        rows++;
-        if (row != first)
-            json_decref(row);
+        const char *k;
+        json_t *v;
+        json_object_foreach(row, k, v)
+            if (json_is_number(v) && !automatic(k)) {
+                json_t *range = json_object_get(seen, k);
+                double x = json_number_value(v);
+                if (!range) /* [first value, changes] */
+                    json_object_set_new(seen, k, json_pack("[f, b]", x, 0));
+                else if (x != json_real_value(json_array_get(range, 0)))
+                    json_array_set_new(range, 1, json_true());
+            }
+        json_array_append_new(rows, row);
     }
     free(line);
     fclose(in);
-    int rc = fclose(out) != 0;
-    if (rc)
-        fprintf(stderr, "mpitrain-show: cannot write %s\n", data);
-    else if (!rows || !nk) {
-        fprintf(stderr, "mpitrain-show: %s has no numeric metrics to plot\n", path);
+    const char *keys[MAX_METRICS];
+    int nk = 0, rc = 0;
+    for (int i = 0; i < o->nwanted && nk < MAX_METRICS; i++) {
+        if (!json_object_get(seen, o->wanted[i])) {
+            fprintf(stderr, "mpitrain-show: --metric %s: no report of %s has a number of that "
+                    "name; its numeric metrics:", o->wanted[i], path);
+            const char *k;
+            json_t *v;
+            json_object_foreach(seen, k, v)
+                fprintf(stderr, " %s", k);
+            fputc('\n', stderr);
+            rc = 1;
+        }
+        keys[nk++] = o->wanted[i];
+    }
+    int constant = 0;
+    if (!o->nwanted && json_array_size(rows)) { /* the first row's keys that change */
+        const char *k;
+        json_t *v;
+        json_object_foreach(json_array_get(rows, 0), k, v) {
+            json_t *range = json_object_get(seen, k);
+            if (!range || nk >= MAX_METRICS)
+                continue;
+            if (!json_is_true(json_array_get(range, 1)))
+                constant++;
+            else
+                keys[nk++] = k;
+        }
+    }
+    char data[] = "/tmp/mpitrain-show-XXXXXX";
+    int fd = rc ? -1 : mkstemp(data);
+    FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!rc && !out) {
+        if (fd >= 0) {
+            close(fd);
+            unlink(data);
+        }
+        fprintf(stderr, "mpitrain-show: cannot write a temporary file: %s\n", strerror(errno));
         rc = 1;
-    } else {
+    }
+    /* columns: iteration, mark, then per key: value, per-rank min, per-rank max */
+    bool band[MAX_METRICS] = {false}, positive[MAX_METRICS];
+    for (int i = 0; i < nk; i++)
+        positive[i] = true;
+    size_t r;
+    json_t *row;
+    json_array_foreach(rows, r, row) {
+        if (rc)
+            break;
+        int64_t it = json_integer_value(json_object_get(row, "training_iteration"));
+        fprintf(out, "%lld %d", (long long)it, mark_of(o, it));
+        for (int i = 0; i < nk; i++) {
+            json_t *v = json_object_get(row, keys[i]), *mn = per_rank(row, keys[i], "min"),
+                   *mx = per_rank(row, keys[i], "max");
+            put_number(out, v);
+            put_number(out, mn);
+            put_number(out, mx);
+            if (json_is_number(mn) && json_is_number(mx) &&
+                json_number_value(mx) > json_number_value(mn))
+                band[i] = true;
+            if (json_is_number(v) && !(json_number_value(v) > 0))
+                positive[i] = false;
+        }
+        fputc('\n', out);
+    }
+    size_t nrows = json_array_size(rows);
+    if (out && fclose(out) != 0 && !rc) {
+        fprintf(stderr, "mpitrain-show: cannot write %s\n", data);
+        rc = 1;
+    }
+    if (!rc && (!nrows || !nk)) {
+        fprintf(stderr, "mpitrain-show: %s has no numeric metrics to plot%s\n", path,
+                constant ? " (every one is constant: name it with --metric)" : "");
+        rc = 1;
+    }
+    if (!rc) {
         pid_t pid;
         void (*old)(int) = signal(SIGPIPE, SIG_IGN); /* gnuplot may stop reading early */
         FILE *gp = gp_start(&pid);
@@ -227,11 +352,27 @@ static int plot(const char *dir, const char *png, const char **wanted, int nwant
             gp_string(gp, png);
             fprintf(gp, "\nset multiplot layout %d,%d title ", rows_p, cols);
             gp_string(gp, dir);
-            fprintf(gp, "\nset grid\nset xlabel 'training_iteration'\n");
+            fprintf(gp, "\nset grid\nset xlabel 'training_iteration'\nset key bottom right "
+                        "font ',8'\n");
             for (int i = 0; i < nk; i++) {
+                int v = 3 + 3 * i;
                 fprintf(gp, "set title ");
                 gp_string(gp, keys[i]);
-                fprintf(gp, "\nplot '%s' using 1:%d with linespoints notitle\n", data, i + 2);
+                fprintf(gp, "\nset ylabel ");
+                gp_string(gp, keys[i]);
+                fprintf(gp, "\n%s\nplot ", o->log && positive[i] ? "set logscale y"
+                                                                  : "unset logscale y");
+                if (band[i])
+                    fprintf(gp, "'%s' using 1:%d:%d with filledcurves fs transparent solid "
+                                "0.25 noborder title 'ranks min-max', ", data, v + 1, v + 2);
+                fprintf(gp, "'%s' using 1:%d with linespoints pt 7 ps 0.4 notitle", data, v);
+                if (o->nkept)
+                    fprintf(gp, ", '%s' using 1:($2 >= 1 ? $%d : 1/0) with points pt 7 ps 1.2 "
+                                "title 'kept checkpoint'", data, v);
+                if (o->best >= 0)
+                    fprintf(gp, ", '%s' using 1:($2 == 2 ? $%d : 1/0) with points pt 3 ps 2.5 "
+                                "title 'best checkpoint'", data, v);
+                fputc('\n', gp);
             }
             fprintf(gp, "unset multiplot\n");
             rc = gp_finish(gp, pid);
@@ -239,12 +380,15 @@ static int plot(const char *dir, const char *png, const char **wanted, int nwant
                 fprintf(stderr, "mpitrain-show: gnuplot could not draw %s\n", png);
                 rc = 1;
             } else
-                printf("mpitrain-show: wrote %s (%d metrics over %d reports)\n", png, nk, rows);
+                printf("mpitrain-show: wrote %s (%d metrics over %zu reports%s)\n", png, nk,
+                       nrows, constant ? "; constant ones left out" : "");
         }
         signal(SIGPIPE, old);
     }
-    unlink(data);
-    json_decref(first);
+    if (fd >= 0)
+        unlink(data);
+    json_decref(rows);
+    json_decref(seen);
     return rc;
 }
 
@@ -252,7 +396,7 @@ int main(int argc, char **argv)
 {
     const char *dir = NULL, *png = NULL, *wanted[MAX_METRICS];
     int nwanted = 0;
-    bool timeline = false;
+    bool timeline = false, log = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -261,6 +405,8 @@ int main(int argc, char **argv)
             png = argv[++i];
         else if (!strcmp(argv[i], "--timeline"))
             timeline = true;
+        else if (!strcmp(argv[i], "--log"))
+            log = true;
         else if (!strcmp(argv[i], "--metric") && i + 1 < argc && nwanted < MAX_METRICS)
             wanted[nwanted++] = argv[++i];
         else if (argv[i][0] == '-' || dir) {
@@ -309,15 +455,27 @@ int main(int argc, char **argv)
         const char *name = strrchr(mt_checkpoint_path(ck), '/');
         printf("  %-20s iteration %-5lld", name ? name + 1 : mt_checkpoint_path(ck), (long long)it);
         if (attr)
-            printf(" %s %.6g", attr, score);
+            printf(" %s %s", attr, number_text(score));
         printf("%s\n", ck == mt_result_checkpoint(r) ? "  (latest)" : "");
     }
     if (mt_result_metrics(r)) {
         printf("last metrics\n");
         print_metrics(mt_result_metrics(r), "  ");
     }
+    int64_t kept[256];
+    plot_opts po = {.wanted = wanted, .nwanted = nwanted, .log = log, .kept = kept, .best = -1};
+    for (size_t i = 0; i < mt_result_num_best(r) && po.nkept < 256; i++) {
+        const mt_metrics *m = NULL;
+        mt_result_best(r, i, &m);
+        int64_t it = -1;
+        if (mt_metrics_get_i64(m, "training_iteration", &it) == MT_OK) {
+            kept[po.nkept++] = it;
+            if (i == 0 && attr)
+                po.best = it;
+        }
+    }
     json_decref(run);
     json_decref(params);
     mt_result_free(&r);
-    return png ? plot(dir, png, wanted, nwanted) : 0;
+    return png ? plot(dir, png, &po) : 0;
 }

@@ -175,6 +175,9 @@ static int load(mt_context *ctx, void *user, const mt_checkpoint *ck)
 
 /* ------------------------------------------------------------ options */
 
+static const mt_trainer_config default_config = {
+    .run = {.name = "linear-regression", .checkpoint = {.frequency = 1, .num_to_keep = 2}}};
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -196,9 +199,8 @@ static void usage(FILE *out)
         "                          the first attempt\n"
         "  --help                  this text\n"
         "\n"
-        "A checkpoint is taken every iteration unless --checkpoint-frequency says otherwise.\n"
         "Exit status: 0 done, 1 failed, 75 preempted (rerun to resume), 76 stalled, 2 usage.\n\n");
-    mt_config_usage(out);
+    mt_config_help(out, &default_config); /* the library's options, with this program's defaults */
 }
 
 /* The options that take a number: where the value goes and its range. */
@@ -277,8 +279,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int rank = mt_job_rank();
-    mt_trainer_config cfg = {.run = {.name = "linear-regression",
-                                     .checkpoint = {.frequency = 1, .num_to_keep = 2}}};
+    mt_trainer_config cfg = default_config;
     rc = mt_config_from_args(&cfg, &argc, &argv);
     if (rc) {
         if (rank == 0)

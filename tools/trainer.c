@@ -17,7 +17,6 @@
  */
 #include <mpitrain.h>
 
-#include "../runtime/runtime.h"
 #include "mlp.h"
 
 #include <cblas.h>
@@ -243,8 +242,17 @@ static int train(mt_context *c, void *arg)
 
 /* ------------------------------------------------------------ data and options */
 
+/* The example's defaults: the help prints these, main starts from them. */
+static const options default_options = {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4,
+                                         .epochs = 10, .threads = 1, .seed = 1,
+                                         .fail_rank = -1, .fail_epoch = -1};
+static const mt_trainer_config default_config = {
+    .run = {.name = "fashion-mnist",
+            .checkpoint = {.frequency = 1, .num_to_keep = 2, .score_attribute = "test_acc"}}};
+
 static void usage(FILE *out)
 {
+    const options *d = &default_options;
     fprintf(out,
         "usage: mpirun -np N trainer [OPTIONS]     or     trainer --num-workers N [OPTIONS]\n"
         "\n"
@@ -253,21 +261,22 @@ static void usage(FILE *out)
         "  --data FILE.h5          dataset file with /train and /test groups (x: N x 28 x 28\n"
         "                          uint8, y: N uint8); default: the Fashion-MNIST file made from\n"
         "                          the Debian package dataset-fashion-mnist on first use\n"
-        "                          ($MT_DATA_DIR or ~/.cache/mpitrain/fashion-mnist.h5)\n"
-        "  --epochs N              default 10\n"
+        "                          ($MT_DATA_DIR or ~/.cache/mpitrain/fashion-mnist.h5)\n");
+    fprintf(out,
+        "  --epochs N              default %d\n"
         "  --batch-size N          per rank; default 128 / ranks (a constant global batch)\n"
-        "  --lr X                  peak learning rate (cosine decay over the epochs), default 0.05\n"
-        "  --momentum X            default 0.9\n"
-        "  --weight-decay X        default 0.0005\n"
-        "  --seed N                default 1 (initial weights and shuffling)\n"
-        "  --threads N             OpenBLAS threads per rank; 0 = the rank's CPUs; default 1\n"
-        "  --steps-per-epoch N     train on N batches per epoch only (quick runs)\n"
+        "  --lr X                  peak learning rate (cosine decay over the epochs), default %g\n"
+        "  --momentum X            default %g\n"
+        "  --weight-decay X        default %g\n"
+        "  --seed N                default %llu (initial weights and shuffling)\n"
+        "  --threads N             OpenBLAS threads per rank; 0 = the rank's CPUs; default %d\n"
+        "  --steps-per-epoch N     train on N batches per epoch only (quick runs); default: all\n"
         "  --fail-rank R --fail-epoch E   tests: rank R fails in epoch E of the first attempt\n"
         "  --help                  this text\n"
         "\n"
-        "Checkpoints are taken every epoch unless --checkpoint-frequency says otherwise.\n"
-        "Exit status: 0 done, 1 failed, 75 preempted (rerun to resume), 76 stalled, 2 usage.\n\n");
-    mt_config_usage(out);
+        "Exit status: 0 done, 1 failed, 75 preempted (rerun to resume), 76 stalled, 2 usage.\n\n",
+        d->epochs, d->lr, d->momentum, d->weight_decay, (unsigned long long)d->seed, d->threads);
+    mt_config_help(out, &default_config);
 }
 
 /* Every number through the library's strict parser: the whole text, in range (so
@@ -277,12 +286,13 @@ static int parse(int argc, char **argv, options *o, int rank)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int e = 1; /* 1: not a number option */
+        int64_t n = 0;
 #define INT(name, field, lo, hi)                                              \
         if (e == 1 && !strcmp(a, name))                                       \
-            e = v ? mt__parse_int(name, v, lo, hi, &o->field) : 2;
+            e = v ? (mt_parse_i64(name, v, lo, hi, &n) ? -1 : (o->field = (int)n, 0)) : 2;
 #define REAL(name, field, lo, hi)                                             \
         if (e == 1 && !strcmp(a, name))                                       \
-            e = v ? mt__parse_f64(name, v, lo, hi, &o->field) : 2;
+            e = v ? (mt_parse_f64(name, v, lo, hi, &o->field) ? -1 : 0) : 2;
         INT("--epochs", epochs, 1, 1000000)
         INT("--batch-size", batch, 0, INT_MAX)
         REAL("--lr", lr, 1e-12, 1e6)
@@ -293,7 +303,7 @@ static int parse(int argc, char **argv, options *o, int rank)
         INT("--fail-rank", fail_rank, -1, INT_MAX)
         INT("--fail-epoch", fail_epoch, -1, INT_MAX)
         if (e == 1 && !strcmp(a, "--seed"))
-            e = v ? mt__parse_u64("--seed", v, 0, UINT64_MAX, &o->seed) : 2;
+            e = v ? (mt_parse_u64("--seed", v, 0, UINT64_MAX, &o->seed) ? -1 : 0) : 2;
 #undef INT
 #undef REAL
         if (e == 1 && !strcmp(a, "--data"))
@@ -315,6 +325,27 @@ static int parse(int argc, char **argv, options *o, int rank)
     return 0;
 }
 
+/* mkdir -p: each component of path (MT_EIO naming the one that cannot be made). */
+static int mkdirs(const char *path)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+        return MT_EINVAL;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, "trainer: cannot make %s: %s\n", p, strerror(errno));
+            return MT_EIO;
+        }
+        *s = c;
+        if (!c)
+            return MT_OK;
+    }
+}
+
 /* The default dataset: made once from the Debian package's IDX files by rank 0. */
 static int default_data(char *path, size_t len, int rank)
 {
@@ -331,7 +362,7 @@ static int default_data(char *path, size_t len, int rank)
     snprintf(path, len, "%s/fashion-mnist.h5", d);
     int rc = MT_OK;
     if (rank == 0 && access(path, R_OK) != 0) {
-        rc = mt__mkdirs(d); /* not through a shell: the folder name is data */
+        rc = mkdirs(d); /* not through a shell: the folder name is data */
         char tmp[4200];
         snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
         const char *src = "/usr/share/datasets/fashion-mnist";
@@ -341,7 +372,7 @@ static int default_data(char *path, size_t len, int rank)
         for (int i = 0; i < 2 && !rc; i++) {
             snprintf(img, sizeof img, "%s/%s", src, parts[i][1]);
             snprintf(lab, sizeof lab, "%s/%s", src, parts[i][2]);
-            rc = mt__import_idx(img, lab, tmp, parts[i][0], NULL);
+            rc = mt_import_idx(img, lab, tmp, parts[i][0]);
         }
         if (!rc && rename(tmp, path) != 0)
             rc = MT_EIO;
@@ -364,8 +395,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int rank = mt_job_rank(), world = mt_job_size();
-    mt_trainer_config cfg = {.run = {.name = "fashion-mnist", .checkpoint = {.frequency = 1,
-                                     .num_to_keep = 2, .score_attribute = "test_acc"}}};
+    mt_trainer_config cfg = default_config;
     rc = mt_config_from_args(&cfg, &argc, &argv);
     if (rc) {
         if (rank == 0)
@@ -373,15 +403,13 @@ int main(int argc, char **argv)
         mt_finalize();
         return 2;
     }
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            if (rank == 0)
-                usage(stdout);
-            mt_finalize();
-            return 0;
-        }
-    job j = {.o = {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4, .epochs = 10,
-                   .threads = 1, .seed = 1, .fail_rank = -1, .fail_epoch = -1}};
+    if (mt_args_help(argc, argv)) {
+        if (rank == 0)
+            usage(stdout);
+        mt_finalize();
+        return 0;
+    }
+    job j = {.o = default_options};
     if (parse(argc, argv, &j.o, rank)) {
         mt_finalize();
         return 2;

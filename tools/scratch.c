@@ -1,0 +1,51 @@
+/*
+ * scratch.c -- a private temporary folder for a diagnostic program's run directory and
+ * files, removed when the program ends (see scratch.h).
+ */
+#include "scratch.h"
+
+#include <mpitrain.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int scratch_make(const char *base, const char *prog, bool share, char *path, size_t len)
+{
+    int rc = 0;
+    path[0] = '\0';
+    if (mt_job_rank() == 0) {
+        int n = snprintf(path, len, "%s/%s.XXXXXX", base && *base ? base : "/tmp", prog);
+        if (n < 0 || (size_t)n >= len) {
+            fprintf(stderr, "%s: the temporary folder's name is too long (%s)\n", prog, base);
+            rc = -1;
+        } else if (!mkdtemp(path)) {
+            fprintf(stderr, "%s: cannot make a temporary folder in %s: %s\n", prog, base,
+                    strerror(errno));
+            rc = -1;
+        }
+        if (rc)
+            path[0] = '\0';
+    }
+    if (share) {
+        MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Bcast(path, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD);
+    }
+    return rc;
+}
+
+static int remove_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st; (void)flag; (void)f;
+    if (remove(p) != 0)
+        fprintf(stderr, "cannot remove %s: %s\n", p, strerror(errno));
+    return 0;
+}
+
+void scratch_remove(const char *path)
+{
+    if (path && *path && mt_job_rank() == 0)
+        nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
