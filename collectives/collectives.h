@@ -39,6 +39,11 @@ const char *mt__call_name(int kind);
 
 /* Test only: true when MT_TEST_FAIL_AT names this site for this rank (fault.c). */
 bool mt__test_fail(const char *site, int rank);
+/* Test only: the process kills itself (SIGKILL) when MT_TEST_FAIL_AT names this site for
+ * this rank: a rank that dies at a chosen moment. */
+void mt__test_die(const char *site, int rank);
+/* Test only: the same with SIGSTOP: a rank that stops (hangs) at a chosen moment. */
+void mt__test_stop(const char *site, int rank);
 
 /* One collective call as the agreement sees it: its kind and arguments that must match
  * across ranks (n, x, y; their meaning depends on the kind), and their signature. Text

@@ -186,6 +186,11 @@ _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double gra
     if (atomic_exchange(&end.ending, 1)) /* another thread is ending the job already */
         for (;;)
             pause();
+    if (comm == MPI_COMM_NULL) {
+        if (text)
+            say(text);
+        _exit(code);
+    }
     end.code = code;
     end.grace_s = grace_s;
     pthread_t t;
@@ -264,14 +269,26 @@ static void own_ident(ident *me)
         me->start = 0;
 }
 
-/* The peer's process has exited (a zombie counts), or its pid belongs to another. */
-static bool process_gone(const ident *p)
+uint64_t mt__process_start(int pid)
 {
     char state;
     uint64_t start;
-    if (read_stat(p->pid, &state, &start) != 0)
+    return read_stat(pid, &state, &start) == 0 ? start : 0;
+}
+
+bool mt__process_gone(int pid, uint64_t start)
+{
+    char state;
+    uint64_t now;
+    if (read_stat(pid, &state, &now) != 0)
         return errno == ENOENT || errno == ESRCH;
-    return state == 'Z' || state == 'X' || start != p->start;
+    return state == 'Z' || state == 'X' || now != start;
+}
+
+/* The peer's process has exited (a zombie counts), or its pid belongs to another. */
+static bool process_gone(const ident *p)
+{
+    return mt__process_gone(p->pid, p->start);
 }
 
 /* ------------------------------------------------------------ the watchdog */

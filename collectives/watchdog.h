@@ -38,7 +38,31 @@ void mt__watchdog_stop(mt__watchdog **w);
 
 /* The job cannot go on: print text (never blocking on a full pipe), abort every rank of
  * comm with code, and _exit(code) if MPI_Abort has not ended this process within
- * grace_s seconds (an unreachable launcher can keep it from returning). Never returns. */
+ * grace_s seconds (an unreachable launcher can keep it from returning); with comm
+ * MPI_COMM_NULL, _exit(code) at once. Never returns. */
 _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double grace_s);
+
+/* Process pid's start time (clock ticks after boot, /proc/PID/stat), 0 if unreadable. */
+uint64_t mt__process_start(int pid);
+/* Process pid started at start has exited (a zombie counts) or its pid is another's. */
+bool mt__process_gone(int pid, uint64_t start);
+
+/*
+ * Spawn mode's lifeline (lifeline.c): every rank of a spawned job watches every other
+ * rank's process from before the spawn to the end of its mt_finalize, and ends the job
+ * with MT_EXIT_LOST when one exits without having finalised (MT_EXIT_STALLED when the
+ * spawned ranks do not all start within timeout_s). All local; no MPI call.
+ */
+/* The parent, before MPI_Comm_spawn: a board for n ranks; env receives "NAME=VALUE" to
+ * put in the children's environment. */
+int mt__lifeline_create(int n, double timeout_s, char *env, size_t env_len);
+/* A spawned child, before MPI_Init: joins the board named in its environment, if any. */
+int mt__lifeline_join(void);
+/* After the merge: this process is rank `rank` of the job (and every child has joined). */
+void mt__lifeline_merged(int rank);
+/* One look now (ends the job if a rank has died); a no-op outside spawn mode. */
+void mt__lifeline_check(void);
+/* The last step of mt_finalize: this rank leaves normally; stops watching. */
+void mt__lifeline_leave(void);
 
 #endif

@@ -490,9 +490,10 @@ static int fit(mt_trainer *t, mt_result **out)
     int rc;
     mt__winner who = {.rank = -1};
     mt_context *ctx = NULL;
-    rc = mt__spawn(t->cfg.scaling.num_workers);
+    rc = mt__spawn(t->cfg.scaling.num_workers, t->cfg.run.failure.stall_timeout_s);
     if (rc)
         return rc; /* the spawn failed: this process is alone */
+    mt__test_die("die-fit-begin", mt_job_rank());
     rc = mt__context_create(&ctx, mt__world());
     if (rc)
         return rc; /* an MPI failure in MPI_Comm_dup: nothing to agree on */
@@ -595,6 +596,7 @@ static int fit(mt_trainer *t, mt_result **out)
     }
     mt__signals_restore();
     mt__watchdog_stop(&dog);
+    mt__test_die("die-fit-end", ctx->world_rank);
     mt__trace_stop();
     char error[MT__MSG_LEN + 64] = "";
     if (rc && rc != MT_ESTOP) {

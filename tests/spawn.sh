@@ -4,7 +4,14 @@
 #    naming the dead rank and its host, long before the stall timeout (600 s, the default,
 #    is left in place), no process of the job is left, and the run resumes afterwards;
 #  - the parent (rank 0) killed: no spawned rank or helper daemon is left, and the run
-#    resumes afterwards.
+#    resumes afterwards;
+#  - a rank that dies where no fit's stall watchdog runs (MT_TEST_FAIL_AT=die-SITE:rank makes
+#    it kill itself there): in mt_init before MPI_Init, before the merge, at the start and the
+#    end of fit, in mt_finalize before and after MPI_Comm_disconnect; at 2 and 3 workers the
+#    job ends with 77 naming the dead rank, and nothing is left (these hung until the test's
+#    timeout before spawn mode's lifeline);
+#  - the parent dying in mt_finalize leaves nothing; a spawned rank that hangs before it
+#    joins the job ends it with 76 at the stall timeout instead of leaving rank 0 waiting.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
@@ -39,6 +46,55 @@ await_checkpoint() {
     done
     return 1
 }
+
+# run_dying NP SITE NAME [ARGS...]: the job with MT_TEST_FAIL_AT=SITE in the background;
+# sets rc and $seen (every process of the job seen while it ran)
+run_dying() {
+    np=$1; site=$2; name=$3; shift 3
+    MT_TEST_FAIL_AT=$site timeout -k 5 "$limit" "$b/tools/trainer" --num-workers "$np" $common \
+        --epochs 1 --name "$name" "$@" >"$out" 2>"$err" &
+    job=$!
+    seen=""
+    while alive $job; do seen="$seen $(job_pids $job)"; sleep 0.1; done
+    wait $job
+    rc=$?
+    seen=$(echo $seen | tr ' ' '\n' | sort -u)
+}
+n=0
+for np in 2 3; do
+    for moment in init merge fit-begin fit-end finalize disconnected; do
+        n=$((n + 1))
+        victim=$((1 + n % (np - 1))) # at 3 workers, rank 1 or rank 2 by turns
+        run_dying $np die-$moment:$victim die-$moment-$np
+        # shellcheck disable=SC2086
+        left=$(left_over $seen)
+        if [ $rc -eq 77 ] && [ -z "$left" ] \
+            && grep -q "has died; the job cannot go on without it: ending it with status 77" "$err"; then
+            ok "spawn mode, $np workers: rank $victim dying at $moment ends the job with 77, nothing left"
+        else bad "spawn mode, $np workers: rank $victim dying at $moment (exit $rc, want 77; left:$left)"; fi
+        # shellcheck disable=SC2086
+        [ -n "$left" ] && kill -9 $left 2>/dev/null
+    done
+done
+for np in 2 3; do
+    run_dying $np die-finalize:0 parent-finalize-$np
+    # shellcheck disable=SC2086
+    left=$(left_over $seen)
+    if [ $rc -eq 137 ] && [ -z "$left" ]; then
+        ok "spawn mode, $np workers: the parent dying in mt_finalize leaves nothing"
+    else bad "spawn mode, $np workers: parent dying in mt_finalize (exit $rc; left:$left)"; fi
+    # shellcheck disable=SC2086
+    [ -n "$left" ] && kill -9 $left 2>/dev/null
+done
+run_dying 2 stop-init:1 stopped-child --stall-timeout 5
+# shellcheck disable=SC2086
+left=$(left_over $seen)
+if [ $rc -eq 76 ] && [ -z "$left" ] && grep -q "1 of the 1 spawned ranks did not join the job within 5 s" "$err"; then
+    ok "spawn mode: a spawned rank that hangs before it joins ends the job with 76, nothing left"
+else bad "spawn mode: spawned rank stopped before joining (exit $rc, want 76; left:$left)"; fi
+# shellcheck disable=SC2086
+[ -n "$left" ] && kill -9 $left 2>/dev/null
+ls /dev/shm/mpitrain-spawn-* >/dev/null 2>&1 && bad "spawn mode leaves its shared memory behind: $(ls /dev/shm/mpitrain-spawn-*)"
 
 for victim in child parent; do
     name=kill-$victim
