@@ -39,11 +39,16 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -87,8 +92,9 @@ struct mt_fusion {
     int thread_rc;
     char thread_msg[MT__MSG_LEN];
     /* shared-memory reduction (every rank on one node) */
-    MPI_Comm node;        /* owned: barriers */
-    float *seg;           /* mapped segment: [set][rank][slot_elems]; NULL: MPI_Allreduce */
+    void *seg;            /* mapped segment: shm_sync, then [set][rank][slot_elems] floats;
+                             NULL: MPI_Allreduce */
+    struct shm_sync_ *sync; /* its head */
     size_t seg_bytes;
     float **slot;         /* [set * size + rank]: each rank's slot in both sets */
     float **part;         /* scratch: every slot's segment of this rank, size entries */
@@ -177,12 +183,41 @@ __attribute__((optimize("tree-vectorize"))) static void sum_slots(float *sum, fl
     }
 }
 
-static int node_barrier(mt_fusion *f)
+/* The head of the shared segment: a barrier for the node's ranks in shared memory. */
+typedef struct shm_sync_ {
+    _Alignas(64) atomic_uint arrived;  /* ranks in the current barrier */
+    _Alignas(64) atomic_uint phase;    /* barriers completed; the futex word */
+    atomic_uint sleepers;              /* ranks asleep on phase */
+} shm_sync;
+enum { SYNC_BYTES = 4096, SPINS = 2000, YIELDS = 100 };
+
+/* Every rank of the segment waits until all have arrived (no MPI call: see the top). A
+ * rank that never comes (it died or stopped) is the stall watchdog's and the lifeline's
+ * to act on, as for any collective. */
+static void node_barrier(mt_fusion *f)
 {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    int e = MPI_Barrier(f->node);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    return e == MPI_SUCCESS ? MT_OK : mt__mpi_error(e, "MPI_Barrier (fusion)");
+    shm_sync *s = f->sync;
+    unsigned ph = atomic_load_explicit(&s->phase, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&s->arrived, 1, memory_order_acq_rel) ==
+        (unsigned)f->comm->size - 1) {
+        atomic_store_explicit(&s->arrived, 0, memory_order_relaxed);
+        atomic_fetch_add(&s->phase, 1);
+        if (atomic_load(&s->sleepers))
+            syscall(SYS_futex, &s->phase, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        return;
+    }
+    for (int spin = 0; atomic_load_explicit(&s->phase, memory_order_acquire) == ph; spin++) {
+        if (spin < SPINS)
+            __builtin_ia32_pause();
+        else if (spin < SPINS + YIELDS)
+            sched_yield();
+        else {
+            struct timespec ts = {0, 50 * 1000 * 1000}; /* a missed wake-up costs 50 ms */
+            atomic_fetch_add(&s->sleepers, 1);
+            syscall(SYS_futex, &s->phase, FUTEX_WAIT, ph, &ts, NULL, 0);
+            atomic_fetch_sub(&s->sleepers, 1);
+        }
+    }
 }
 
 /* Collective over f->data: map one segment on every rank (rank 0 creates it and removes
@@ -193,7 +228,7 @@ static int map_segment(mt_fusion *f, int size, int rank)
     static int counter;
     char name[64] = "";
     f->slot_elems = (size_t)1 << 18; /* 1 MiB a slot, two sets */
-    f->seg_bytes = 2 * (size_t)size * f->slot_elems * sizeof(float);
+    f->seg_bytes = SYNC_BYTES + 2 * (size_t)size * f->slot_elems * sizeof(float);
     int fd = -1;
     if (rank == 0) {
         snprintf(name, sizeof name, "/mpitrain-fusion-%d-%d", (int)getpid(), counter++);
@@ -238,8 +273,9 @@ static int map_segment(mt_fusion *f, int size, int rank)
         goto out;
     }
     f->seg = p;
+    f->sync = p; /* zeroed by ftruncate */
     for (int i = 0; i < 2 * size; i++)
-        f->slot[i] = f->seg + (size_t)i * f->slot_elems;
+        f->slot[i] = (float *)((char *)p + SYNC_BYTES) + (size_t)i * f->slot_elems;
 out:
     return rc;
 }
@@ -258,14 +294,12 @@ static int reduce_shm(mt_fusion *f, bucket *b)
         f->set ^= 1;
         piece_io in = {slots[r], off, 1.0f};
         pieces(f, b, off, m, copy_in, &in);
-        if ((rc = node_barrier(f)))
-            break;
+        node_barrier(f);
         size_t lo = m * (size_t)r / (size_t)P, hi = m * (size_t)(r + 1) / (size_t)P;
         for (int q = 0; q < P; q++)
             part[q] = slots[q] + lo;
         sum_slots(slots[r] + lo, part, P, hi - lo);
-        if ((rc = node_barrier(f)))
-            break;
+        node_barrier(f);
         for (int q = 0; q < P; q++) {
             size_t qlo = m * (size_t)q / (size_t)P, qhi = m * (size_t)(q + 1) / (size_t)P;
             piece_io out = {slots[q] + qlo, off + qlo, scale};
@@ -381,7 +415,7 @@ static int fusion_new(mt__comm *c, size_t bucket_bytes, mt_fusion **out, mt_fusi
     if (!f)
         return mt__error(MT_ENOMEM, "rank %d: out of memory creating a fusion", c->rank);
     f->comm = c;
-    f->data = f->node = MPI_COMM_NULL;
+    f->data = MPI_COMM_NULL;
     f->bucket_elems = bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->cond, NULL);
@@ -395,19 +429,19 @@ static int setup_shared(mt_fusion *f, mt__comm *c)
 {
     int rc = MT_OK;
     int use = c->size > 1 && mt__env_knob_bool("MT_FUSION_SHM", true), nsize = 0, all = 0;
+    MPI_Comm node = MPI_COMM_NULL;
     MT__MPI(MPI_Allreduce(&use, &all, 1, MPI_INT, MPI_MIN, f->data), out); /* one answer */
     if (!all)
         return MT_OK;
-    MT__MPI(MPI_Comm_split_type(f->data, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &f->node),
-            out);
-    MT__MPI(MPI_Comm_size(f->node, &nsize), out);
+    MT__MPI(MPI_Comm_split_type(f->data, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), out);
+    MT__MPI(MPI_Comm_size(node, &nsize), out);
     int one_node = nsize == c->size; /* the same answer on every rank */
     MT__MPI(MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, f->data), out);
-    if (all && (rc = map_segment(f, c->size, c->rank)))
-        goto out;
-    if (!f->seg)
-        MPI_Comm_free(&f->node);
+    if (all)
+        rc = map_segment(f, c->size, c->rank);
 out:
+    if (node != MPI_COMM_NULL)
+        MPI_Comm_free(&node);
     return rc;
 }
 
@@ -479,8 +513,6 @@ void mt_fusion_destroy(mt_fusion **fp)
         munmap(f->seg, f->seg_bytes); /* local: no rank waits for another here */
     free(f->slot);
     free(f->part);
-    if (f->node != MPI_COMM_NULL)
-        MPI_Comm_free(&f->node);
     if (f->data != MPI_COMM_NULL)
         MPI_Comm_free(&f->data);
     for (int i = 0; i < f->nb; i++)
