@@ -45,7 +45,7 @@ void mt__test_die(const char *site, int rank);
 /* Test only: the same with SIGSTOP: a rank that stops (hangs) at a chosen moment. */
 void mt__test_stop(const char *site, int rank);
 
-/* One collective call as the agreement sees it: its kind and arguments that must match
+/* One collective call as the agreement sees it (call.c): its kind and arguments that must match
  * across ranks (n, x, y; their meaning depends on the kind), and their signature. Text
  * is made only when a message needs it (mt__call_describe), never on the fast path. */
 typedef struct {

@@ -297,7 +297,7 @@ struct mt__watchdog {
     MPI_Comm comm;
     slot *own;           /* this rank's slot, mapped */
     char own_name[48];   /* its name until removed */
-    int rank, size, verbose;
+    int rank, size;
     double warn_s, timeout_s, tick_s, stale_s, grace_s;
     atomic_int state;    /* 0 wait for the start's agreement, 1 run, 2 quit unstarted */
     atomic_int stop;
@@ -681,19 +681,13 @@ static void destroy(mt__watchdog *w)
     free(w);
 }
 
-int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double timeout_s,
-                       int verbose)
+int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double timeout_s)
 {
     int rc = MT_OK, level = 0;
     *out = NULL;
     MPI_Query_thread(&level);
-    if (level < MPI_THREAD_MULTIPLE) {
-        if (c->rank == 0 && verbose >= 1)
-            fprintf(stderr, "mpitrain: MPI was initialised without MPI_THREAD_MULTIPLE; "
-                            "stalls will not be detected (call mt_init before MPI_Init, or "
-                            "MPI_Init_thread with MPI_THREAD_MULTIPLE)\n");
+    if (level < MPI_THREAD_MULTIPLE)
         return MT_OK;
-    }
     /* local set-up, then one agreement before the first collective of the start */
     mt__watchdog *w = mt__test_fail("watchdog-alloc", c->rank) ? NULL : calloc(1, sizeof *w);
     if (w) {
@@ -721,7 +715,6 @@ int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double ti
         rc = mt__mpi_error(e, "MPI_Allgather (stall watchdog identities)");
     w->rank = c->rank;
     w->size = c->size;
-    w->verbose = verbose;
     w->warn_s = warn_s;
     w->timeout_s = timeout_s;
     w->tick_s = fmin(0.5, fmax(0.02, warn_s / 4));

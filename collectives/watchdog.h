@@ -3,18 +3,18 @@
  *
  * mt__watch_enter/leave bracket the wait inside every agreement, and mt__watch_data/leave
  * the data movement that follows one (a rank stopped after the agreement leaves its peers
- * waiting there); they only store to this rank's state. While a watchdog runs (during fit),
- * a helper thread on every rank publishes that state to every other rank a few times a
- * second (shared memory within a host, MPI to other hosts), never blocking on a peer.
- * Every decision is local, so a stopped, hung or unreachable rank
- * (rank 0 included) cannot keep the others from acting:
+ * waiting there); they only store to this rank's state, under a mutex held for the copy.
+ * While a watchdog runs (during fit), a helper thread on every rank publishes that state
+ * to every other rank a few times a second (shared memory within a host, MPI to other
+ * hosts), never blocking on a peer. Every decision is local, so a stopped, hung or
+ * unreachable rank (rank 0 included) cannot keep the others from acting:
  *  - a rank that has waited longer than warn_s prints which ranks have not arrived (with
  *    their hosts), unless a lower rank that is still heard from waits in the same call;
  *  - a rank that has waited longer than timeout_s ends the job with MT_EXIT_STALLED, and
  *    ends itself (_exit) if MPI_Abort does not return within a grace period;
  *  - a rank whose peer on the same host has died ends the job with MT_EXIT_LOST a couple
  *    of seconds later, unless the launcher did (a spawned job has no launcher that would
- *    notice).
+ *    notice; there the lifeline below watches the ranks outside fit too).
  */
 #ifndef MT_WATCHDOG_H
 #define MT_WATCHDOG_H
@@ -29,10 +29,8 @@ void mt__watch_leave(void);
 typedef struct mt__watchdog mt__watchdog;
 /* Collective over c; every rank gets the same answer (a failure on one rank is MT_EPEER on
  * the others, and no rank runs a watchdog then). Needs MPI_THREAD_MULTIPLE; otherwise
- * *out is NULL and a warning is printed by rank 0 (verbose >= 1): stalls are then not
- * detected. */
-int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double timeout_s,
-                       int verbose);
+ * *out is NULL on every rank (the caller may warn): stalls are then not detected. */
+int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double timeout_s);
 /* Collective over the same ranks (after an agreement every rank passed). NULL-safe. */
 void mt__watchdog_stop(mt__watchdog **w);
 

@@ -529,8 +529,11 @@ static int fit(mt_trainer *t, mt_result **out)
     mt__watchdog *dog = NULL;
     if (!rc) {
         const mt_failure_config *f = &t->cfg.run.failure;
-        rc = mt__watchdog_start(&dog, ctx->comm, f->stall_warn_s, f->stall_timeout_s,
-                                t->cfg.run.verbose);
+        rc = mt__watchdog_start(&dog, ctx->comm, f->stall_warn_s, f->stall_timeout_s);
+        if (!rc && !dog && ctx->world_rank == 0 && t->cfg.run.verbose >= 1)
+            fprintf(stderr, "mpitrain: MPI was initialised without MPI_THREAD_MULTIPLE; "
+                            "stalls will not be detected (call mt_init before MPI_Init, or "
+                            "MPI_Init_thread with MPI_THREAD_MULTIPLE)\n");
     }
     int failures = 0;
     const char *final = "failed";
