@@ -155,7 +155,7 @@ void mt__fusion_set_chunk(size_t n);
 int mt__fusion_buckets(const mt_fusion *f);
 /* Test hook: buckets that pack into a buffer (the others are reduced in place). */
 int mt__fusion_packed_buckets(const mt_fusion *f);
-/* Test hook: reductions go through the node's shared-memory window. */
+/* Test hook: reductions go through the node's shared-memory segment (fusion_shm.c). */
 bool mt__fusion_shared(const mt_fusion *f);
 
 #endif
