@@ -11,7 +11,9 @@
 #    job ends with 77 naming the dead rank, and nothing is left (these hung until the test's
 #    timeout before spawn mode's lifeline);
 #  - the parent dying in mt_finalize leaves nothing; a spawned rank that hangs before it
-#    joins the job ends it with 76 at the stall timeout instead of leaving rank 0 waiting.
+#    joins the job ends it with 76 at the stall timeout instead of leaving rank 0 waiting;
+#  - 3 workers with small fusion buckets (the fusion's thread reducing while the caller
+#    computes, many shared-memory barriers) finish, with mpirun -np 3's numbers.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
@@ -22,6 +24,19 @@ limit=$((60 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 common="--data $data --storage-path $store/runs --steps-per-epoch 20"
 # a collective that hangs (see README) ends with 76 well inside the test's timeout
 resume="--stall-warn 10 --stall-timeout 40"
+
+last_field() { # last_field RUN KEY: KEY's value in the last line of result.json
+    tail -n 1 "$store/runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n "s/^ *\"$2\": *//p"
+}
+MT_FUSION_BYTES=65536 "${top_srcdir:-.}/tests/mpirun.sh" 3 "$b/tools/trainer" $common --epochs 2 \
+    --name fused-mpirun >"$out" 2>"$err"
+MT_FUSION_BYTES=65536 timeout -k 5 $((limit * 2)) "$b/tools/trainer" --num-workers 3 $common $resume \
+    --epochs 2 --name fused-spawn >"$out" 2>"$err"
+rc=$?
+l1=$(last_field fused-mpirun train_loss); l2=$(last_field fused-spawn train_loss)
+if [ $rc -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ]; then
+    ok "spawn mode, 3 workers, 64 KiB fusion buckets: finishes with mpirun -np 3's train_loss ($l2)"
+else bad "spawn mode, 3 workers, 64 KiB buckets (exit $rc, loss '$l1' vs '$l2')"; fi
 
 # every descendant of pid $1: the parent rank, its helper daemon (orted), the spawned ranks
 job_pids() {
