@@ -11,11 +11,14 @@
  * child claims an entry with its pid and start time before MPI_Init, and adds its rank
  * once merged. A thread on every rank (no MPI call at all) looks at the entries through
  * /proc a few times a second: a rank whose process has exited without marking its entry
- * "left" (the last thing mt_finalize does) ends the job with MT_EXIT_LOST, and on the
- * parent, children that have not all claimed their entries within the stall timeout end
- * it with MT_EXIT_STALLED. The job ends with _exit, not MPI_Abort: the death may come in
- * the middle of MPI_Finalize, every survivor ends itself the same way, and Open MPI's
- * daemon ends what is left of a job whose rank exited with an error.
+ * "left" (the last thing mt_finalize does) ends the job with MT_EXIT_LOST; on the parent,
+ * children that have not all joined within the stall timeout, and on any rank, a wait in
+ * mt_finalize longer than that once every rank is in mt_finalize, end it with
+ * MT_EXIT_STALLED. (A rank stopped before it reaches mt_finalize cannot be told from one
+ * still at work, so that wait has no bound.) The job ends with _exit, not MPI_Abort: the
+ * death may come in the middle of MPI_Finalize, every survivor ends itself the same way
+ * (a stopped one is killed by the rank that ends the job), and Open MPI's daemon ends
+ * what is left of a job whose rank exited with an error.
  *
  * The board's name is removed once the merge is done (every child has it open by then),
  * or by the rank that ends the job before that.
@@ -26,6 +29,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,10 +39,10 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { FREE = 0, CLAIMED, ALIVE, LEFT };
+enum { FREE = 0, CLAIMED, ALIVE, FINALIZING, LEFT };
 
 typedef struct {
-    atomic_int state;    /* FREE, CLAIMED (being filled in), ALIVE, LEFT */
+    atomic_int state;    /* FREE, CLAIMED (being filled in), ALIVE, FINALIZING, LEFT */
     atomic_int rank;     /* job rank once merged, -1 before */
     int32_t pid;
     int32_t pad;
@@ -52,7 +56,9 @@ static struct {
     char name[64];       /* written before the thread starts */
     atomic_int named;    /* name not removed yet */
     char host[64];
-    double timeout_s, began;
+    _Atomic double timeout_s;
+    double began;
+    _Atomic double finalizing; /* when this rank entered mt_finalize (0: not yet) */
     atomic_int merged;   /* every entry is claimed for good (the merge is done) */
     atomic_int stop;
     pthread_t thread;
@@ -65,6 +71,21 @@ static void sleep_s(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
     nanosleep(&ts, NULL);
+}
+
+/* Ends the job from this rank: a rank that is stopped cannot end itself, so it is killed
+ * (the others, running, end themselves as this one does; killing them could take the
+ * status of the job from the parent). */
+_Noreturn static void end(int code, const char *line)
+{
+    for (int i = 0; i < life.n; i++) {
+        const entry *e = &life.board[i];
+        int st = atomic_load_explicit(&e->state, memory_order_acquire);
+        if (i != life.me && (st == ALIVE || st == FINALIZING) &&
+            mt__process_stopped(e->pid, e->start))
+            kill(e->pid, SIGKILL);
+    }
+    mt__end_job(MPI_COMM_NULL, code, line, 1.0);
 }
 
 /* Removes the board's name (once the merge is done, or when the job ends before it). */
@@ -88,33 +109,48 @@ _Noreturn static void lost(const entry *e, int peer_rank)
              "checkpoint)\n", me >= 0 ? "rank" : "spawned process", me >= 0 ? me : (int)getpid(),
              life.host, who, life.host, (int)e->pid, MT_EXIT_LOST);
     forget_name();
-    mt__end_job(MPI_COMM_NULL, MT_EXIT_LOST, line, 1.0);
+    end(MT_EXIT_LOST, line);
 }
 
 /* One look at the board: ends the job when a rank died, or (on the parent) when the
  * spawned ranks have not all joined the job within the timeout. */
 static void check(void)
 {
-    int absent = 0;
+    int absent = 0, finalizing = 0;
     for (int i = 0; i < life.n; i++) {
         const entry *e = &life.board[i];
         int st = atomic_load_explicit(&e->state, memory_order_acquire);
         absent += i != life.me && (st == FREE || atomic_load(&e->rank) < 0);
-        if (i == life.me || st != ALIVE || !mt__process_gone(e->pid, e->start))
+        finalizing += st == FINALIZING || st == LEFT;
+        if (i == life.me || (st != ALIVE && st != FINALIZING) ||
+            !mt__process_gone(e->pid, e->start))
             continue;
         /* a rank marks its entry before it exits: read it again after the process */
-        if (atomic_load_explicit(&e->state, memory_order_acquire) == ALIVE)
+        if (atomic_load_explicit(&e->state, memory_order_acquire) != LEFT)
             lost(e, atomic_load(&e->rank));
     }
-    if (absent && life.me == 0 && !atomic_load(&life.merged) &&
-        mt__now() - life.began > life.timeout_s) {
+    double now = mt__now(), timeout = atomic_load(&life.timeout_s);
+    if (absent && life.me == 0 && !atomic_load(&life.merged) && timeout > 0 &&
+        now - life.began > timeout) {
         char line[256];
         snprintf(line, sizeof line,
                  "mpitrain: rank 0 (host %s): %d of the %d spawned ranks did not join the job "
                  "within %g s (failure.stall_timeout_s); ending it with status %d\n",
-                 life.host, absent, life.n - 1, life.timeout_s, MT_EXIT_STALLED);
+                 life.host, absent, life.n - 1, timeout, MT_EXIT_STALLED);
         forget_name();
-        mt__end_job(MPI_COMM_NULL, MT_EXIT_STALLED, line, 1.0);
+        end(MT_EXIT_STALLED, line);
+    }
+    /* every rank is in mt_finalize (none is still at work): a wait there past the stall
+     * timeout is a stall */
+    double since = atomic_load(&life.finalizing);
+    if (since > 0 && timeout > 0 && finalizing == life.n && now - since > timeout) {
+        char line[256];
+        snprintf(line, sizeof line,
+                 "mpitrain: rank %d (host %s): mt_finalize has waited %g s for the other "
+                 "ranks, which are all in it too (failure.stall_timeout_s); ending the job "
+                 "with status %d\n", atomic_load(&life.board[life.me].rank), life.host,
+                 timeout, MT_EXIT_STALLED);
+        end(MT_EXIT_STALLED, line);
     }
 }
 
@@ -185,7 +221,7 @@ int mt__lifeline_create(int n, double timeout_s, char *env, size_t env_len)
         return mt__error(MT_EIO, "spawn mode: cannot create the shared memory %s that "
                          "watches the spawned ranks: %s", life.name, strerror(e));
     }
-    life.timeout_s = timeout_s;
+    atomic_store(&life.timeout_s, timeout_s);
     snprintf(env, env_len, "MT_SPAWN_BOARD=%s", life.name);
     int rc = take(0, 0);
     if (rc)
@@ -227,6 +263,19 @@ void mt__lifeline_merged(int rank)
     atomic_store(&life.board[life.me].rank, rank);
     atomic_store(&life.merged, 1);
     forget_name(); /* every child is in the merge: every one has the board open */
+}
+
+void mt__lifeline_timeout(double timeout_s)
+{
+    atomic_store(&life.timeout_s, timeout_s);
+}
+
+void mt__lifeline_finalizing(void)
+{
+    if (!life.board)
+        return;
+    atomic_store(&life.finalizing, mt__now());
+    atomic_store_explicit(&life.board[life.me].state, FINALIZING, memory_order_release);
 }
 
 void mt__lifeline_check(void)

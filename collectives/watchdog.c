@@ -285,6 +285,13 @@ bool mt__process_gone(int pid, uint64_t start)
     return state == 'Z' || state == 'X' || now != start;
 }
 
+bool mt__process_stopped(int pid, uint64_t start)
+{
+    char state;
+    uint64_t now;
+    return read_stat(pid, &state, &now) == 0 && now == start && (state == 'T' || state == 't');
+}
+
 /* The peer's process has exited (a zombie counts), or its pid belongs to another. */
 static bool process_gone(const ident *p)
 {

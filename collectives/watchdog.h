@@ -44,6 +44,8 @@ _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double gra
 uint64_t mt__process_start(int pid);
 /* Process pid started at start has exited (a zombie counts) or its pid is another's. */
 bool mt__process_gone(int pid, uint64_t start);
+/* Process pid started at start is stopped (SIGSTOP, or by a tracer). */
+bool mt__process_stopped(int pid, uint64_t start);
 
 /*
  * Spawn mode's lifeline (lifeline.c): every rank of a spawned job watches every other
@@ -58,6 +60,11 @@ int mt__lifeline_create(int n, double timeout_s, char *env, size_t env_len);
 int mt__lifeline_join(void);
 /* After the merge: this process is rank `rank` of the job (and every child has joined). */
 void mt__lifeline_merged(int rank);
+/* The stall timeout (failure.stall_timeout_s) of this rank's fit (0, before any fit: the
+ * waits above have no bound). */
+void mt__lifeline_timeout(double timeout_s);
+/* mt_finalize begins: once every rank has, a wait longer than the timeout ends the job. */
+void mt__lifeline_finalizing(void);
 /* One look now (ends the job if a rank has died); a no-op outside spawn mode. */
 void mt__lifeline_check(void);
 /* The last step of mt_finalize: this rank leaves normally; stops watching. */

@@ -107,6 +107,7 @@ int mt__spawn(int workers, double timeout_s)
 {
     int rc = MT_OK, size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    mt__lifeline_timeout(timeout_s); /* the spawned ranks' too */
     if (workers <= 1 || size != 1 || job_world != MPI_COMM_NULL || launched)
         return MT_OK; /* under a launcher, a wrong count is fit's error to report */
     char exe[4096];
@@ -146,7 +147,9 @@ int mt_finalize(void)
         return mt__error(MT_EINVAL, "mt_finalize: a fit is running (called from the training "
                                     "function?); finalise after fit returns");
     int me = mt_job_rank();
+    mt__lifeline_finalizing();
     mt__test_die("die-finalize", me);
+    mt__test_stop("stop-finalize", me);
     if (job_world != MPI_COMM_NULL)
         MPI_Comm_free(&job_world);
     if (family != MPI_COMM_NULL) {

@@ -11,7 +11,8 @@
 #    job ends with 77 naming the dead rank, and nothing is left (these hung until the test's
 #    timeout before spawn mode's lifeline);
 #  - the parent dying in mt_finalize leaves nothing; a spawned rank that hangs before it
-#    joins the job ends it with 76 at the stall timeout instead of leaving rank 0 waiting;
+#    joins the job, or any rank stopped in mt_finalize once every rank is there, ends it
+#    with 76 at the stall timeout instead of leaving the others waiting;
 #  - 3 workers with small fusion buckets (the fusion's thread reducing while the caller
 #    computes, many shared-memory barriers) finish, with mpirun -np 3's numbers.
 set -u
@@ -98,6 +99,19 @@ for np in 2 3; do
     if [ $rc -eq 137 ] && [ -z "$left" ]; then
         ok "spawn mode, $np workers: the parent dying in mt_finalize leaves nothing"
     else bad "spawn mode, $np workers: parent dying in mt_finalize (exit $rc; left:$left)"; fi
+    # shellcheck disable=SC2086
+    [ -n "$left" ] && kill -9 $left 2>/dev/null
+done
+# a rank stopped in mt_finalize once every rank is there: 76 at the stall timeout; a
+# stopped parent is killed by the rank that ends the job
+for victim in 1 0; do
+    run_dying 3 stop-finalize:$victim stopped-finalize-$victim --stall-timeout 5
+    want=76; [ $victim -eq 0 ] && want=137
+    # shellcheck disable=SC2086
+    left=$(left_over $seen)
+    if [ $rc -eq $want ] && [ -z "$left" ] && grep -q "mt_finalize has waited 5 s for the other ranks" "$err"; then
+        ok "spawn mode, 3 workers: rank $victim stopped in mt_finalize ends the job (exit $rc), nothing left"
+    else bad "spawn mode, 3 workers: rank $victim stopped in mt_finalize (exit $rc, want $want; left:$left)"; fi
     # shellcheck disable=SC2086
     [ -n "$left" ] && kill -9 $left 2>/dev/null
 done
