@@ -17,14 +17,15 @@
  * MT_EXIT_STALLED. (A rank stopped before it reaches mt_finalize cannot be told from one
  * still at work, so that wait has no bound.) The job ends with _exit, not MPI_Abort: the
  * death may come in the middle of MPI_Finalize, every survivor ends itself the same way
- * (a stopped one is killed by the rank that ends the job), and Open MPI's daemon ends
- * what is left of a job whose rank exited with an error.
+ * (a stopped one is killed by the rank that ends the job), and the daemon Open MPI
+ * started for the parent goes with the parent.
  *
  * The board's name is removed once the merge is done (every child has it open by then),
  * or by the rank that ends the job before that.
  */
 #include "watchdog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -76,16 +77,67 @@ static void sleep_s(double s)
 /* Ends the job from this rank: a rank that is stopped cannot end itself, so it is killed
  * (the others, running, end themselves as this one does; killing them could take the
  * status of the job from the parent). */
-_Noreturn static void end(int code, const char *line)
+/* Kills pid if it is Open MPI's daemon (orted) and, with parent > 0, a child of parent. */
+static void kill_daemon(int pid, int parent)
 {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *close_paren = strrchr(buf, ')');
+    int ppid = 0;
+    if (close_paren && sscanf(close_paren + 1, " %*c %d", &ppid) == 1 &&
+        (parent <= 0 || ppid == parent) && strstr(buf, "(orted)"))
+        kill(pid, SIGKILL);
+}
+
+/* The daemon Open MPI started for the parent (the parent's child, the spawned ranks'
+ * parent) goes with the parent. It should leave by itself, but Open MPI 4.1's sometimes
+ * hangs in PMIx_server_finalize once a rank was killed; the spawned ranks see the parent
+ * gone and end themselves. */
+static void end_daemon(void)
+{
+    if (life.me != 0) {
+        kill_daemon((int)getppid(), 0);
+        return;
+    }
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (atoi(de->d_name) > 0)
+            kill_daemon(atoi(de->d_name), (int)getpid());
+    if (d)
+        closedir(d);
+}
+
+/* Ends the job from this rank: a rank that is stopped cannot end itself, so it is killed
+ * (the others, running, end themselves as this one does; killing them could take the
+ * status of the job from the parent). parent_gone: rank 0 has died. */
+_Noreturn static void end(int code, const char *line, bool parent_gone)
+{
+    static atomic_int ending;
+    if (atomic_exchange(&ending, 1)) /* the other thread is ending the job already */
+        for (;;)
+            pause();
+    mt__end_job_say(line);
     for (int i = 0; i < life.n; i++) {
         const entry *e = &life.board[i];
         int st = atomic_load_explicit(&e->state, memory_order_acquire);
         if (i != life.me && (st == ALIVE || st == FINALIZING) &&
-            mt__process_stopped(e->pid, e->start))
+            mt__process_stopped(e->pid, e->start)) {
             kill(e->pid, SIGKILL);
+            parent_gone |= i == 0;
+        }
     }
-    mt__end_job(MPI_COMM_NULL, code, line, 1.0);
+    if (life.me == 0 || parent_gone) {
+        sleep_s(0.3); /* the daemon forwards the spawned ranks' output: this line first */
+        end_daemon();
+    }
+    mt__end_job(MPI_COMM_NULL, code, NULL, 1.0);
 }
 
 /* Removes the board's name (once the merge is done, or when the job ends before it). */
@@ -109,7 +161,7 @@ _Noreturn static void lost(const entry *e, int peer_rank)
              "checkpoint)\n", me >= 0 ? "rank" : "spawned process", me >= 0 ? me : (int)getpid(),
              life.host, who, life.host, (int)e->pid, MT_EXIT_LOST);
     forget_name();
-    end(MT_EXIT_LOST, line);
+    end(MT_EXIT_LOST, line, e == &life.board[0]);
 }
 
 /* One look at the board: ends the job when a rank died, or (on the parent) when the
@@ -138,19 +190,20 @@ static void check(void)
                  "within %g s (failure.stall_timeout_s); ending it with status %d\n",
                  life.host, absent, life.n - 1, timeout, MT_EXIT_STALLED);
         forget_name();
-        end(MT_EXIT_STALLED, line);
+        end(MT_EXIT_STALLED, line, false);
     }
     /* every rank is in mt_finalize (none is still at work): a wait there past the stall
-     * timeout is a stall */
-    double since = atomic_load(&life.finalizing);
-    if (since > 0 && timeout > 0 && finalizing == life.n && now - since > timeout) {
+     * timeout is a stall. Rank 0 acts first, so that the job's status is its 76; the
+     * others a little later, in case rank 0 is the one that stopped */
+    double since = atomic_load(&life.finalizing), after = timeout + (life.me == 0 ? 0 : 2.0);
+    if (since > 0 && timeout > 0 && finalizing == life.n && now - since > after) {
         char line[256];
         snprintf(line, sizeof line,
                  "mpitrain: rank %d (host %s): mt_finalize has waited %g s for the other "
                  "ranks, which are all in it too (failure.stall_timeout_s); ending the job "
                  "with status %d\n", atomic_load(&life.board[life.me].rank), life.host,
                  timeout, MT_EXIT_STALLED);
-        end(MT_EXIT_STALLED, line);
+        end(MT_EXIT_STALLED, line, false);
     }
 }
 

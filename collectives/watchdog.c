@@ -164,6 +164,12 @@ static void say(const char *text)
     }
 }
 
+void mt__end_job_say(const char *text)
+{
+    if (text)
+        say(text);
+}
+
 static struct {
     atomic_int ending;
     int code;

@@ -40,6 +40,9 @@ void mt__watchdog_stop(mt__watchdog **w);
  * MPI_COMM_NULL, _exit(code) at once. Never returns. */
 _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double grace_s);
 
+/* Writes text to stderr as mt__end_job does (never blocking for long on a full pipe). */
+void mt__end_job_say(const char *text);
+
 /* Process pid's start time (clock ticks after boot, /proc/PID/stat), 0 if unreadable. */
 uint64_t mt__process_start(int pid);
 /* Process pid started at start has exited (a zombie counts) or its pid is another's. */

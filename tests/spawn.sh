@@ -105,7 +105,7 @@ done
 # a rank stopped in mt_finalize once every rank is there: 76 at the stall timeout; a
 # stopped parent is killed by the rank that ends the job
 for victim in 1 0; do
-    run_dying 3 stop-finalize:$victim stopped-finalize-$victim --stall-timeout 5
+    run_dying 3 stop-finalize:$victim stopped-finalize-$victim --stall-warn 2 --stall-timeout 5
     want=76; [ $victim -eq 0 ] && want=137
     # shellcheck disable=SC2086
     left=$(left_over $seen)
@@ -115,7 +115,7 @@ for victim in 1 0; do
     # shellcheck disable=SC2086
     [ -n "$left" ] && kill -9 $left 2>/dev/null
 done
-run_dying 2 stop-init:1 stopped-child --stall-timeout 5
+run_dying 2 stop-init:1 stopped-child --stall-warn 2 --stall-timeout 5
 # shellcheck disable=SC2086
 left=$(left_over $seen)
 if [ $rc -eq 76 ] && [ -z "$left" ] && grep -q "1 of the 1 spawned ranks did not join the job within 5 s" "$err"; then
