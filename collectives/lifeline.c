@@ -164,8 +164,9 @@ _Noreturn static void lost(const entry *e, int peer_rank)
     end(MT_EXIT_LOST, line, e == &life.board[0]);
 }
 
-/* One look at the board: ends the job when a rank died, or (on the parent) when the
- * spawned ranks have not all joined the job within the timeout. */
+/* One look at the board: ends the job when a rank died, (on the parent) when the spawned
+ * ranks have not all joined the job within the timeout, or when this rank has waited in
+ * mt_finalize longer than that with every rank there. */
 static void check(void)
 {
     int absent = 0, finalizing = 0;
