@@ -571,9 +571,10 @@ static int fit(mt_trainer *t, mt_result **out)
     int rc;
     mt__winner who = {.rank = -1};
     mt_context *ctx = NULL;
-    rc = mt__spawn(t->cfg.scaling.num_workers);
+    rc = mt__spawn(t->cfg.scaling.num_workers, t->cfg.run.failure.stall_timeout_s);
     if (rc)
         return rc; /* the spawn failed: this process is alone */
+    mt__test_die("die-fit-begin", mt_job_rank());
     rc = mt__context_create(&ctx, mt__world());
     if (rc)
         return rc; /* an MPI failure in MPI_Comm_dup: nothing to agree on */
@@ -609,8 +610,11 @@ static int fit(mt_trainer *t, mt_result **out)
     mt__watchdog *dog = NULL;
     if (!rc) {
         const mt_failure_config *f = &t->cfg.run.failure;
-        rc = mt__watchdog_start(&dog, ctx->comm, f->stall_warn_s, f->stall_timeout_s,
-                                t->cfg.run.verbose);
+        rc = mt__watchdog_start(&dog, ctx->comm, f->stall_warn_s, f->stall_timeout_s);
+        if (!rc && !dog && ctx->world_rank == 0 && t->cfg.run.verbose >= 1)
+            fprintf(stderr, "mpitrain: MPI was initialised without MPI_THREAD_MULTIPLE; "
+                            "stalls will not be detected (call mt_init before MPI_Init, or "
+                            "MPI_Init_thread with MPI_THREAD_MULTIPLE)\n");
     }
     int failures = 0;
     const char *final = "failed";
@@ -679,6 +683,7 @@ static int fit(mt_trainer *t, mt_result **out)
     }
     mt__signals_restore();
     mt__watchdog_stop(&dog);
+    mt__test_die("die-fit-end", ctx->world_rank);
     mt__trace_stop();
     char error[MT__MSG_LEN + 64] = "";
     if (rc && rc != MT_ESTOP) {
