@@ -306,7 +306,8 @@ static int write_header(const char *path, regions *R, bool sync)
         err = errno;
     free(ub);
     if (err)
-        return mt__error(MT_EIO, "%s: cannot write its checksum header: %s", path, strerror(err));
+        return mt__error(err == ENOMEM ? MT_ENOMEM : MT_EIO,
+                         "%s: cannot write its checksum header: %s", path, strerror(err));
     return MT_OK;
 }
 
