@@ -11,7 +11,8 @@
  * carries "format" (2) and "index_check": CRC-32s of the list of array names and of the
  * metadata. Reading the index compares them all and names what does not match; the
  * caller treats that as a corrupt checkpoint. Files without "format" (written before the
- * checks existed) are read as before, with the structural checks only.
+ * checks existed) are read as before, with the structural checks only, provided they
+ * carry the checksum header below (those written before the header are refused).
  *
  * Those checks run after HDF5 has parsed the file, and HDF5 1.10 does not survive every
  * damaged file: a corrupt object header crashes it (H5O__msg_iterate_real, reached from

@@ -79,6 +79,8 @@ typedef struct {
     bool oom;           /* reading it ran out of memory (not a corrupt file) */
 } mt__ckpt_index;
 int mt__ckpt_create(const char *path, hid_t *out);
+/* Read-only; a file whose checksum header is missing or does not match is MT_EFORMAT
+ * naming it and what, before HDF5 parses any of it. */
 int mt__ckpt_open(const char *path, hid_t *out);
 /* Closing a file opened for writing writes its checksum header (see ckpt.c). */
 int mt__ckpt_close(hid_t f, const char *path, bool sync);
