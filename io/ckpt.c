@@ -312,7 +312,57 @@ static int write_header(const char *path, regions *R, bool sync)
     return MT_OK;
 }
 
-/* Before HDF5 sees path: its header, length and checksums (see the top of this file). */
+/* The first `head` bytes of path (fd, `size` bytes) in ub: the header compared with the
+ * file. MT_EFORMAT naming what does not match; a read error leaves MT_OK and *err. */
+static int check_header(const char *path, int fd, const unsigned char *ub, size_t head,
+                        uint64_t size, int *err)
+{
+    if (head >= sizeof h5_magic && !memcmp(ub, h5_magic, sizeof h5_magic))
+        return mt__error(MT_EFORMAT, "%s: an HDF5 file without a checkpoint checksum header "
+                         "(written before mpitrain checksummed checkpoints, or not by "
+                         "mpitrain): not read, since damaged HDF5 metadata can crash the HDF5 "
+                         "library", path);
+    if (head < sizeof ub_magic || memcmp(ub, ub_magic, sizeof ub_magic))
+        return mt__error(MT_EFORMAT, "%s: not a checkpoint file (%s)", path,
+                         size == 0 ? "empty" : "no checkpoint header at its start");
+    if (size < UB_SIZE)
+        return mt__error(MT_EFORMAT, "%s: truncated: %llu bytes, less than its %u-byte "
+                         "header", path, (unsigned long long)size, UB_SIZE);
+    if (get_u32(ub + 28) != header_crc(ub))
+        return mt__error(MT_EFORMAT, "%s: its checkpoint header is damaged (the header "
+                         "checksum does not match)", path);
+    if (get_u32(ub + 8) != 1)
+        return mt__error(MT_EFORMAT, "%s: checkpoint header version %u is not one this "
+                         "version reads (1)", path, get_u32(ub + 8));
+    if (get_u64(ub + 16) != size)
+        return mt__error(MT_EFORMAT, "%s: the file is %llu bytes but its header says %llu "
+                         "(truncated or appended to)", path, (unsigned long long)size,
+                         (unsigned long long)get_u64(ub + 16));
+    uint32_t n = get_u32(ub + 12), crc = 0;
+    region r[MAX_REGIONS];
+    bool fine = n <= MAX_REGIONS;
+    uint64_t at = UB_SIZE;
+    for (uint32_t i = 0; fine && i < n; i++) {
+        r[i].off = get_u64(ub + HDR_FIXED + 16 * i);
+        r[i].len = get_u64(ub + HDR_FIXED + 16 * i + 8);
+        fine = r[i].off >= at && r[i].len <= size && r[i].off <= size - r[i].len;
+        at = r[i].off + r[i].len;
+    }
+    if (!fine) /* the header checksum matched: a writer's defect, still never trusted */
+        return mt__error(MT_EFORMAT, "%s: its checkpoint header lists impossible regions",
+                         path);
+    if (file_crc(fd, size, r, (int)n, &crc)) {
+        *err = errno;
+        return MT_OK;
+    }
+    if (crc != get_u32(ub + 24))
+        return mt__error(MT_EFORMAT, "%s: damaged: the checksum of its HDF5 metadata does "
+                         "not match its header", path);
+    return MT_OK;
+}
+
+/* Local. Before HDF5 sees path: its header, length and checksums (see the top of this
+ * file). MT_EFORMAT (missing, damaged, no header), MT_ENOMEM. */
 static int verify_file(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -331,47 +381,8 @@ static int verify_file(const char *path)
     size_t head = size < UB_SIZE ? (size_t)size : UB_SIZE;
     if (!rc && !err && full_pread(fd, ub, head, 0))
         err = errno;
-    if (rc || err) {
-    } else if (head >= sizeof h5_magic && !memcmp(ub, h5_magic, sizeof h5_magic)) {
-        rc = mt__error(MT_EFORMAT, "%s: an HDF5 file without a checkpoint checksum header "
-                       "(written before mpitrain checksummed checkpoints, or not by mpitrain): "
-                       "not read, since damaged HDF5 metadata can crash the HDF5 library", path);
-    } else if (head < sizeof ub_magic || memcmp(ub, ub_magic, sizeof ub_magic)) {
-        rc = mt__error(MT_EFORMAT, "%s: not a checkpoint file (%s)", path,
-                       size == 0 ? "empty" : "no checkpoint header at its start");
-    } else if (size < UB_SIZE) {
-        rc = mt__error(MT_EFORMAT, "%s: truncated: %llu bytes, less than its %u-byte header",
-                       path, (unsigned long long)size, UB_SIZE);
-    } else if (get_u32(ub + 28) != header_crc(ub)) {
-        rc = mt__error(MT_EFORMAT, "%s: its checkpoint header is damaged (the header checksum "
-                       "does not match)", path);
-    } else if (get_u32(ub + 8) != 1) {
-        rc = mt__error(MT_EFORMAT, "%s: checkpoint header version %u is not one this version "
-                       "reads (1)", path, get_u32(ub + 8));
-    } else if (get_u64(ub + 16) != size) {
-        rc = mt__error(MT_EFORMAT, "%s: the file is %llu bytes but its header says %llu "
-                       "(truncated or appended to)", path, (unsigned long long)size,
-                       (unsigned long long)get_u64(ub + 16));
-    } else {
-        uint32_t n = get_u32(ub + 12), crc = 0;
-        region r[MAX_REGIONS];
-        bool fine = n <= MAX_REGIONS;
-        uint64_t at = UB_SIZE;
-        for (uint32_t i = 0; fine && i < n; i++) {
-            r[i].off = get_u64(ub + HDR_FIXED + 16 * i);
-            r[i].len = get_u64(ub + HDR_FIXED + 16 * i + 8);
-            fine = r[i].off >= at && r[i].len <= size && r[i].off <= size - r[i].len;
-            at = r[i].off + r[i].len;
-        }
-        if (!fine) /* the header checksum matched: a writer's defect, still never trusted */
-            rc = mt__error(MT_EFORMAT, "%s: its checkpoint header lists impossible regions",
-                           path);
-        else if (file_crc(fd, size, r, (int)n, &crc))
-            err = errno;
-        else if (crc != get_u32(ub + 24))
-            rc = mt__error(MT_EFORMAT, "%s: damaged: the checksum of its HDF5 metadata does "
-                           "not match its header", path);
-    }
+    if (!rc && !err)
+        rc = check_header(path, fd, ub, head, size, &err);
     if (!rc && err)
         rc = mt__error(err == ENOMEM ? MT_ENOMEM : MT_EFORMAT, "%s: cannot read: %s", path,
                        strerror(err));
