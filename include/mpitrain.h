@@ -393,8 +393,8 @@ typedef struct mt_checkpoint mt_checkpoint;
 
 /* Keys: 1 to 255 bytes, no control characters; '/' nests ("val/acc"). Setting a key
  * again replaces it. The keys mt_report adds to every row are reserved (MT_EINVAL naming
- * the key): training_iteration, timestamp, time_this_iter_s, time_total_s,
- * checkpoint_dir_name, per_rank. */
+ * the key): training_iteration, iterations_since_restore (1 on an attempt's first report),
+ * timestamp, time_this_iter_s, time_total_s, checkpoint_dir_name, per_rank. */
 MT_EXTERN mt_metrics *mt_metrics_new(void);
 MT_EXTERN void mt_metrics_free(mt_metrics **m);
 MT_EXTERN int mt_metrics_set_f64(mt_metrics *m, const char *key, double v);

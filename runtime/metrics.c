@@ -42,8 +42,9 @@ void mt_metrics_free(mt_metrics **mp)
     *mp = NULL;
 }
 
-static const char *const reserved[] = {"training_iteration", "timestamp", "time_this_iter_s",
-                                       "time_total_s", "checkpoint_dir_name", "per_rank", NULL};
+static const char *const reserved[] = {"training_iteration", "iterations_since_restore",
+                                       "timestamp", "time_this_iter_s", "time_total_s",
+                                       "checkpoint_dir_name", "per_rank", NULL};
 
 bool mt__metrics_reserved(const char *key)
 {
@@ -56,7 +57,8 @@ bool mt__metrics_reserved(const char *key)
 static int reserved_error(const char *key)
 {
     return mt__error(MT_EINVAL, "metric key \"%s\" is reserved: mt_report sets it on every row "
-                     "(reserved: training_iteration, timestamp, time_this_iter_s, time_total_s, "
+                     "(reserved: training_iteration, iterations_since_restore, timestamp, "
+                     "time_this_iter_s, time_total_s, "
                      "checkpoint_dir_name, per_rank)", key);
 }
 

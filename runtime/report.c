@@ -95,11 +95,17 @@ static int add_auto(mt_context *c, mt_metrics *row, json_t *j, int64_t iteration
     clock_gettime(CLOCK_REALTIME, &ts);
     double stamp = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     double this_iter = now - c->last_report, total = c->time_before + now - c->start;
+    /* Ray's name: 1 on the first report of each attempt, so a row where it is 1 and
+     * training_iteration is not is where a run resumed (mpitrain-show marks those) */
+    int64_t since_restore = c->reports + 1;
     int bad = mt__metrics_put(row, "training_iteration", MT__METRIC_I64, 0, iteration, NULL, false) |
+              mt__metrics_put(row, "iterations_since_restore", MT__METRIC_I64, 0, since_restore,
+                              NULL, false) |
               mt__metrics_put(row, "timestamp", MT__METRIC_F64, stamp, 0, NULL, false) |
               mt__metrics_put(row, "time_this_iter_s", MT__METRIC_F64, this_iter, 0, NULL, false) |
               mt__metrics_put(row, "time_total_s", MT__METRIC_F64, total, 0, NULL, false) |
               json_object_set_new(j, "training_iteration", json_integer(iteration)) |
+              json_object_set_new(j, "iterations_since_restore", json_integer(since_restore)) |
               json_object_set_new(j, "timestamp", json_real(stamp)) |
               json_object_set_new(j, "time_this_iter_s", json_real(this_iter)) |
               json_object_set_new(j, "time_total_s", json_real(total));

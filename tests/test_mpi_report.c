@@ -589,8 +589,8 @@ static void test_metrics_getters_reject_null(void)
 
 static void test_reserved_keys_refused(void)
 {
-    const char *keys[] = {"training_iteration", "timestamp", "time_this_iter_s", "time_total_s",
-                          "checkpoint_dir_name", "per_rank"};
+    const char *keys[] = {"training_iteration", "iterations_since_restore", "timestamp",
+                          "time_this_iter_s", "time_total_s", "checkpoint_dir_name", "per_rank"};
     mt_metrics *m = mt_metrics_new();
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
         char want[128];
@@ -704,10 +704,14 @@ static void test_csv_quoting(void)
     memset(f, 0, sizeof f);
     int n = csv_parse(run_file("csvq", "progress.csv"), f, 4, nf);
     MT_ASSERT_INT_EQ(n, 3);
-    /* a,b | say "hi" | n | training_iteration | timestamp | time_this_iter_s | time_total_s */
-    MT_ASSERT_INT_EQ(nf[0], 7);
-    MT_ASSERT_INT_EQ(nf[1], 7);
-    MT_ASSERT_INT_EQ(nf[2], 7);
+    /* a,b | say "hi" | n | training_iteration | iterations_since_restore | timestamp |
+     * time_this_iter_s | time_total_s */
+    MT_ASSERT_INT_EQ(nf[0], 8);
+    MT_ASSERT_INT_EQ(nf[1], 8);
+    MT_ASSERT_INT_EQ(nf[2], 8);
+    MT_ASSERT_STR_EQ(f[0][4], "iterations_since_restore");
+    MT_ASSERT_STR_EQ(f[1][4], "1");
+    MT_ASSERT_STR_EQ(f[2][4], "2");
     MT_ASSERT_STR_EQ(f[0][0], "a,b");
     MT_ASSERT_STR_EQ(f[0][1], "say \"hi\"");
     MT_ASSERT_STR_EQ(f[0][2], "n");

@@ -105,8 +105,9 @@ static void check_history(const mt_result *r)
         CU_ASSERT(mt_metrics_get_f64(row, "time_total_s", &loss) == MT_OK);
         CU_ASSERT_PTR_NULL(mt__metrics_find(row, "per_rank"));
     }
-    const char *cols[] = {"loss", "step", "phase", "training_iteration", "timestamp",
-                          "time_this_iter_s", "time_total_s", "val/acc"};
+    const char *cols[] = {"loss", "step", "phase", "training_iteration",
+                          "iterations_since_restore", "timestamp", "time_this_iter_s",
+                          "time_total_s", "val/acc"};
     for (size_t i = 0; i < sizeof cols / sizeof *cols; i++)
         CU_ASSERT(has_column(r, cols[i]));
     CU_ASSERT(!has_column(r, "per_rank"));

@@ -10,7 +10,8 @@
 #    impossible and a certain report budget through --budget-report-us: no timing judged);
 #  - mpitrain-show names a missing --metric, prints dates and plain numbers, and its plot
 #    has y labels, the per-rank band, the kept and best checkpoints, --log, and leaves
-#    constant columns out.
+#    constant columns out; a run resumed after a failure has iterations_since_restore
+#    starting again at 1, and mpitrain-show names and marks where it resumed.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
@@ -178,6 +179,24 @@ if [ $rc -eq 0 ] && grep -q "set ylabel 'test_acc'" "$store/gp" && grep -q "set 
     && ! grep -q "'constant'" "$store/gp" && grep -q "constant ones left out" "$out"; then
     ok "mpitrain-show --plot: y labels, the per-rank band, kept and best checkpoints, --log, constant columns left out"
 else bad "mpitrain-show --plot script (exit $rc)"; cat "$store/gp"; fi
+plain_gp=$(grep -c "resumed here" "$store/gp")
+
+# a run that failed after its 4th report and was run again: rows 1-4 of the first attempt,
+# 5-6 of the second (iterations_since_restore 1 2 3 4 1 2); mpitrain-show names the
+# resume point and the plot marks it (and only where there is one)
+MT_STORAGE_PATH="$store/runs" MT_PROBE_FAIL_AT=4 "$run" 2 -x MT_STORAGE_PATH -x MT_PROBE_FAIL_AT \
+    "$b/tests/ckpt_probe" report resumed 6 >"$out" 2>"$err"
+MT_STORAGE_PATH="$store/runs" "$run" 2 -x MT_STORAGE_PATH "$b/tests/ckpt_probe" report resumed 6 \
+    >"$out" 2>"$err"
+rc=$?
+since=$(sed -n 's/.*"iterations_since_restore": *\([0-9]*\).*/\1/p' "$store/runs/resumed/result.json" | tr '\n' ' ')
+"$b/tools/mpitrain-show" "$store/runs/resumed" >"$out" 2>"$err"
+GP_SCRIPT="$store/gp" PATH="$store/bin:$PATH" "$b/tools/mpitrain-show" "$store/runs/resumed" \
+    --plot "$store/r.png" >/dev/null 2>&1
+if [ $rc -eq 0 ] && [ "$since" = "1 2 3 4 1 2 " ] && grep -q "^resumed    at iteration 5$" "$out" \
+    && grep -q "title 'resumed here'" "$store/gp" && [ "$plain_gp" = 0 ]; then
+    ok "iterations_since_restore restarts at 1 on a resume; mpitrain-show names and marks iteration 5"
+else bad "resume points (exit $rc, iterations_since_restore '$since', plain plot marks $plain_gp)"; cat "$out"; fi
 
 # mpitrain-run: the retries its help states
 "$b/tools/mpitrain-run" --help >"$help" 2>"$err"

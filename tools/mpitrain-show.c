@@ -3,7 +3,7 @@
  * checkpoints (best first, with their scores), the last metrics; --plot draws learning
  * curves (metrics against training_iteration) with gnuplot: one panel per metric with its
  * name on the y axis, the per-rank min-max band where the run recorded one, the kept
- * checkpoints and the best one marked.
+ * checkpoints, the best one and the points where the run resumed marked.
  */
 #include <mpitrain.h>
 #include "show-timeline.h"
@@ -32,7 +32,8 @@ static void usage(FILE *out)
         "\n"
         "  --plot FILE.png  draw the learning curves with gnuplot (Debian package gnuplot-nox)\n"
         "                   (one panel per metric; the per-rank min-max band where the run\n"
-        "                   recorded one; kept checkpoints as dots, the best as a star)\n"
+        "                   recorded one; kept checkpoints as dots, the best as a star,\n"
+        "                   where the run resumed as a circle)\n"
         "  --metric KEY     a metric to draw (repeat; default: every numeric metric of the\n"
         "                   first report that changes over the run, except the automatic\n"
         "                   time keys)\n"
@@ -114,8 +115,17 @@ static void print_metrics(const mt_metrics *m, const char *indent)
 
 static bool automatic(const char *k)
 {
-    return !strcmp(k, "training_iteration") || !strcmp(k, "timestamp") ||
-           !strcmp(k, "time_this_iter_s") || !strcmp(k, "time_total_s");
+    return !strcmp(k, "training_iteration") || !strcmp(k, "iterations_since_restore") ||
+           !strcmp(k, "timestamp") || !strcmp(k, "time_this_iter_s") ||
+           !strcmp(k, "time_total_s");
+}
+
+/* A row where the run resumed: the first report of an attempt that did not start at the
+ * beginning (iterations_since_restore 1, training_iteration > 1). */
+static bool resumed_at(json_t *row)
+{
+    return json_integer_value(json_object_get(row, "iterations_since_restore")) == 1 &&
+           json_integer_value(json_object_get(row, "training_iteration")) > 1;
 }
 
 /* Text as a gnuplot single-quoted string. Inside single quotes gnuplot expands nothing
@@ -302,17 +312,20 @@ static int plot(const char *dir, const char *png, const plot_opts *o)
         fprintf(stderr, "mpitrain-show: cannot write a temporary file: %s\n", strerror(errno));
         rc = 1;
     }
-    /* columns: iteration, mark, then per key: value, per-rank min, per-rank max */
+    /* columns: iteration, mark, resumed here (0/1), then per key: value, per-rank min,
+     * per-rank max */
     bool band[MAX_METRICS] = {false}, positive[MAX_METRICS];
     for (int i = 0; i < nk; i++)
         positive[i] = true;
     size_t r;
     json_t *row;
+    int resumes = 0;
     json_array_foreach(rows, r, row) {
         if (rc)
             break;
         int64_t it = json_integer_value(json_object_get(row, "training_iteration"));
-        fprintf(out, "%lld %d", (long long)it, mark_of(o, it));
+        resumes += resumed_at(row);
+        fprintf(out, "%lld %d %d", (long long)it, mark_of(o, it), resumed_at(row));
         for (int i = 0; i < nk; i++) {
             json_t *v = json_object_get(row, keys[i]), *mn = per_rank(row, keys[i], "min"),
                    *mx = per_rank(row, keys[i], "max");
@@ -355,7 +368,7 @@ static int plot(const char *dir, const char *png, const plot_opts *o)
             fprintf(gp, "\nset grid\nset xlabel 'training_iteration'\nset key bottom right "
                         "font ',8'\n");
             for (int i = 0; i < nk; i++) {
-                int v = 3 + 3 * i;
+                int v = 4 + 3 * i;
                 fprintf(gp, "set title ");
                 gp_string(gp, keys[i]);
                 fprintf(gp, "\nset ylabel ");
@@ -372,6 +385,9 @@ static int plot(const char *dir, const char *png, const plot_opts *o)
                 if (o->best >= 0)
                     fprintf(gp, ", '%s' using 1:($2 == 2 ? $%d : 1/0) with points pt 3 ps 2.5 "
                                 "title 'best checkpoint'", data, v);
+                if (resumes)
+                    fprintf(gp, ", '%s' using 1:($3 == 1 ? $%d : 1/0) with points pt 6 ps 2.5 "
+                                "title 'resumed here'", data, v);
                 fputc('\n', gp);
             }
             fprintf(gp, "unset multiplot\n");
@@ -435,6 +451,17 @@ int main(int argc, char **argv)
            (long long)json_integer_value(json_object_get(run, "failures")));
     if (mt_result_error(r))
         printf("error      %s\n", mt_result_error(r));
+    /* where attempts after the first took over: the rows with iterations_since_restore 1 */
+    int nresumed = 0;
+    for (size_t i = 0; i < mt_result_num_rows(r); i++) {
+        const mt_metrics *row = mt_result_row(r, i);
+        int64_t it = 0, since = 0;
+        if (mt_metrics_get_i64(row, "iterations_since_restore", &since) == MT_OK && since == 1 &&
+            mt_metrics_get_i64(row, "training_iteration", &it) == MT_OK && it > 1)
+            printf("%s %lld", nresumed++ ? "," : "resumed    at iteration", (long long)it);
+    }
+    if (nresumed)
+        putchar('\n');
     snprintf(path, sizeof path, "%s/params.json", dir);
     json_t *params = json_load_file(path, 0, NULL);
     json_t *ckcfg = json_object_get(json_object_get(params, "run"), "checkpoint");
