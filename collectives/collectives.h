@@ -44,6 +44,8 @@ bool mt__test_fail(const char *site, int rank);
 void mt__test_die(const char *site, int rank);
 /* Test only: the same with SIGSTOP: a rank that stops (hangs) at a chosen moment. */
 void mt__test_stop(const char *site, int rank);
+/* Test only: the rank sleeps MT_TEST_PAUSE_S seconds (default 5) there: a slow rank. */
+void mt__test_pause(const char *site, int rank);
 
 /* One collective call as the agreement sees it (call.c): its kind and arguments that must match
  * across ranks (n, x, y; their meaning depends on the kind), and their signature. Text

@@ -5,6 +5,9 @@
  *
  *   MT_TEST_FAIL_AT=site:rank[,site:rank...]     rank "*" = every rank
  *
+ * Sites named die-*, stop-* and slow-* kill, stop or delay the rank (a slow-* site sleeps
+ * MT_TEST_PAUSE_S seconds, default 5) instead of failing a call.
+ *
  * Compiled always (the tests run the installed code paths), read only at the sites, which
  * are set-up and error paths, never per element. Not for production use: a job with the
  * variable set fails on purpose.
@@ -14,6 +17,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 bool mt__test_fail(const char *site, int rank)
 {
@@ -45,4 +49,15 @@ void mt__test_stop(const char *site, int rank)
 {
     if (mt__test_fail(site, rank))
         raise(SIGSTOP);
+}
+
+void mt__test_pause(const char *site, int rank)
+{
+    if (!mt__test_fail(site, rank))
+        return;
+    const char *v = getenv("MT_TEST_PAUSE_S");
+    double s = v ? strtod(v, NULL) : 5;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
 }

@@ -51,6 +51,16 @@ typedef struct {
     int set;
 } shm_state;
 
+/* A spin-wait hint to the CPU. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* Every rank of the segment waits until all have arrived. */
 static void node_barrier(shm_state *s)
 {
@@ -66,7 +76,7 @@ static void node_barrier(shm_state *s)
     }
     for (int spin = 0; atomic_load_explicit(&y->phase, memory_order_acquire) == ph; spin++) {
         if (spin < SPINS)
-            __builtin_ia32_pause();
+            cpu_relax();
         else if (spin < SPINS + YIELDS)
             sched_yield();
         else {
@@ -124,7 +134,10 @@ static int map_segment(MPI_Comm data, int size, int rank, shm_state **out)
     if (rank == 0) {
         snprintf(name, sizeof name, "/mpitrain-fusion-%d-%d", (int)getpid(), counter++);
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd >= 0 && ftruncate(fd, (off_t)bytes) != 0) {
+        /* the pages reserved now: on a full tmpfs (a container's small /dev/shm) a later
+         * write into a slot would be SIGBUS, where this falls back to MPI */
+        if (fd >= 0 && (ftruncate(fd, (off_t)bytes) != 0 ||
+                        posix_fallocate(fd, 0, (off_t)bytes) != 0)) {
             close(fd);
             shm_unlink(name);
             fd = -1;

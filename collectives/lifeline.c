@@ -60,6 +60,7 @@ static struct {
     _Atomic double timeout_s;
     double began;
     _Atomic double finalizing; /* when this rank entered mt_finalize (0: not yet) */
+    _Atomic double all_in;     /* when every rank was first seen in mt_finalize (0: not yet) */
     atomic_int merged;   /* every entry is claimed for good (the merge is done) */
     atomic_int stop;
     pthread_t thread;
@@ -194,10 +195,16 @@ static void check(void)
         end(MT_EXIT_STALLED, line, false);
     }
     /* every rank is in mt_finalize (none is still at work): a wait there past the stall
-     * timeout is a stall. Rank 0 acts first, so that the job's status is its 76; the
-     * others a little later, in case rank 0 is the one that stopped */
-    double since = atomic_load(&life.finalizing), after = timeout + (life.me == 0 ? 0 : 2.0);
-    if (since > 0 && timeout > 0 && finalizing == life.n && now - since > after) {
+     * timeout, counted from when the last rank arrived (not from this rank's own arrival:
+     * rank 0 may work alone long after fit while the others wait), is a stall. Rank 0
+     * acts first, so that the job's status is its 76; the others a little later, in case
+     * rank 0 is the one that stopped */
+    double since = 0, none = 0, after = timeout + (life.me == 0 ? 0 : 2.0);
+    if (finalizing == life.n && atomic_load(&life.finalizing) > 0) {
+        atomic_compare_exchange_strong(&life.all_in, &none, now);
+        since = atomic_load(&life.all_in);
+    }
+    if (since > 0 && timeout > 0 && now - since > after) {
         char line[256];
         snprintf(line, sizeof line,
                  "mpitrain: rank %d (host %s): mt_finalize has waited %g s for the other "
@@ -229,10 +236,15 @@ static int map_board(int fd, size_t bytes)
     return 0;
 }
 
-/* Fills entry i with this process and starts the thread. */
+/* Fills entry i with this process and starts the thread (the state of an earlier
+ * spawned job of this process forgotten). */
 static int take(int i, int rank)
 {
     entry *e = &life.board[i];
+    atomic_store(&life.stop, 0);
+    atomic_store(&life.merged, 0);
+    atomic_store(&life.finalizing, 0);
+    atomic_store(&life.all_in, 0);
     e->pid = (int32_t)getpid();
     e->start = mt__process_start(e->pid);
     atomic_store(&e->rank, rank);

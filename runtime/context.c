@@ -147,6 +147,7 @@ int mt_finalize(void)
         return mt__error(MT_EINVAL, "mt_finalize: a fit is running (called from the training "
                                     "function?); finalise after fit returns");
     int me = mt_job_rank();
+    mt__test_pause("slow-finalize", me); /* work of its own after fit, the others waiting */
     mt__lifeline_finalizing();
     mt__test_die("die-finalize", me);
     mt__test_stop("stop-finalize", me);

@@ -143,7 +143,7 @@ static void print_line(const mt_context *c, const mt_metrics *row, int64_t itera
 /* Rank 0, at the run's first report: run.checkpoint.score_attribute must be one of the
  * keys reported (Ray's rule), or no checkpoint could ever be ranked by it. An automatic
  * key (training_iteration, time_total_s, ...) counts as reported. */
-static int check_score_attribute(const mt_context *c, const mt_metrics *m)
+static int check_score_attribute(mt_context *c, const mt_metrics *m)
 {
     const char *attr = c->cfg->run.checkpoint.score_attribute;
     if (!attr || c->world_rank != 0 || c->iteration != 0 || mt__metrics_find(m, attr) ||
@@ -153,6 +153,7 @@ static int check_score_attribute(const mt_context *c, const mt_metrics *m)
     size_t n = 0;
     for (int i = 0; m && i < m->n && n < sizeof keys; i++)
         n += (size_t)snprintf(keys + n, sizeof keys - n, "%s%s", i ? ", " : "", m->e[i].key);
+    c->no_retry = true;
     return mt__error(MT_EINVAL, "run.checkpoint.score_attribute \"%s\" is not a key of the "
                      "first report (reported: %s%s)", attr, n ? keys : "no keys",
                      n ? ", and the automatic training_iteration, timestamp, time_this_iter_s, "
@@ -168,8 +169,18 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
     size_t len = 0;
     /* a reserved key would replace an automatic one in the row: every rank's error */
     int status = mt__metrics_check_user(m);
+    if (status)
+        c->no_retry = true;
     if (!status)
         status = check_score_attribute(c, m);
+    /* a checkpoint read back (restored, opened by path, a result's) holds no arrays of its
+     * own: committing it would publish an empty checkpoint as the latest */
+    if (!status && ck && mt__live(ck, MT__LIVE_CHECKPOINT) && mt_checkpoint_path(ck)) {
+        c->no_retry = true;
+        status = mt__error(MT_EINVAL, "mt_report: the checkpoint is a stored one (%s), not one "
+                           "being built: report a new checkpoint (mt_checkpoint_new) with "
+                           "its arrays copied in", mt_checkpoint_path(ck));
+    }
     if (!status)
         status = mt__metrics_encode(m, &enc, &len);
     if (!status && ck && !mt__live(ck, MT__LIVE_CHECKPOINT)) /* one rank's: agreed below */

@@ -111,7 +111,7 @@ static int build_rows(mt_result *r, const json_t *rows)
         const json_t *row = json_array_get(rows, i);
         mt_metrics *m = mt_metrics_new();
         if (!m)
-            return MT_ENOMEM;
+            return mt__error(MT_ENOMEM, "out of memory building a result");
         r->rows[r->nrows++] = m;
         rc = json_is_object(row) ? mt__metrics_from_json(m, row) : MT_OK;
         for (int k = 0; !rc && k < m->n; k++)

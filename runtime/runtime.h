@@ -205,6 +205,7 @@ struct mt_context {
     mt__rundir *run;                  /* rank 0 */
     const mt_trainer_config *cfg;  /* the trainer's */
     int64_t reports;               /* reports in this attempt */
+    bool no_retry;                 /* this rank found bad input a retry would repeat */
     int64_t iteration;             /* training_iteration of the last report */
     int64_t total_iterations;      /* announced by mt_set_total_iterations (at_end) */
     double start, last_report, time_before;

@@ -437,6 +437,7 @@ static int apply_resume(mt_context *ctx, json_t *info)
                                   : mt__error(MT_EFORMAT, "corrupt resume information");
     ctx->attempt = attempt;
     ctx->iteration = iteration;
+    ctx->reports = 0; /* iterations_since_restore counts from the attempt's first report */
     ctx->time_before = total;
     ctx->restored_foreign = foreign;
     mt_checkpoint_free(&ctx->restored);
@@ -661,7 +662,18 @@ static int fit(mt_trainer *t, mt_result **out)
             rc = MT_ESTOP;
             break;
         }
-        if (!may_retry(t, failures)) {
+        /* a failure a retry would only repeat (bad input found in mt_report on some rank:
+         * a reserved key, a score attribute never reported) ends the fit on every rank */
+        int64_t repeat = ctx->no_retry;
+        mt__call once;
+        mt__call_init(&once, MT__CALL_INTERNAL, 4, 0, 0);
+        int e = mt__agree_max(ctx->comm, &once, MT_OK, NULL, &repeat, 1);
+        if (e || repeat || !may_retry(t, failures)) {
+            if (e && !rc)
+                rc = e;
+            if (repeat && ctx->world_rank == 0 && t->cfg.run.verbose >= 1 && may_retry(t, failures))
+                fprintf(stderr, "mpitrain: attempt %d failed on bad input that a retry would "
+                                "repeat: not retried\n", ctx->attempt);
             if (ctx->world_rank == 0)
                 run.failures++; /* run.json counts every failed attempt, the last too */
             break;
@@ -683,7 +695,7 @@ static int fit(mt_trainer *t, mt_result **out)
             if (mt__run_open_logs(&run) != MT_OK)
                 fprintf(stderr, "mpitrain: %s\n", mt_last_error());
         }
-        int e = share_json(ctx, &info);
+        e = share_json(ctx, &info);
         if (!e)
             e = agreed(ctx, apply_resume(ctx, info));
         json_decref(info);

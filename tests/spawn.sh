@@ -115,6 +115,18 @@ for victim in 1 0; do
     # shellcheck disable=SC2086
     [ -n "$left" ] && kill -9 $left 2>/dev/null
 done
+# rank 0 busy after fit for longer than the stall timeout while the others wait in
+# mt_finalize: not a stall (the wait counts from when the last rank arrived)
+export MT_TEST_PAUSE_S=8
+run_dying 3 slow-finalize:0 slow-finalize --stall-warn 2 --stall-timeout 3
+unset MT_TEST_PAUSE_S
+# shellcheck disable=SC2086
+left=$(left_over $seen)
+if [ $rc -eq 0 ] && [ -z "$left" ] && ! grep -q "mt_finalize has waited" "$err"; then
+    ok "spawn mode, 3 workers: rank 0 working 8 s after fit (stall timeout 3 s) while the others wait in mt_finalize: the job ends with 0"
+else bad "spawn mode, 3 workers: rank 0 slow before mt_finalize (exit $rc, want 0; left:$left)"; tail -n 5 "$err"; fi
+# shellcheck disable=SC2086
+[ -n "$left" ] && kill -9 $left 2>/dev/null
 run_dying 2 stop-init:1 stopped-child --stall-warn 2 --stall-timeout 5
 # shellcheck disable=SC2086
 left=$(left_over $seen)

@@ -692,6 +692,14 @@ static int reports_loss(mt_context *c, void *arg)
     return rc;
 }
 
+/* Counts its calls (attempts), then reports_loss. */
+static int counted_reports_loss(mt_context *c, void *arg)
+{
+    int *calls = arg, ok = 0;
+    (*calls)++;
+    return reports_loss(c, &ok);
+}
+
 static void test_score_attribute_must_be_reported(void)
 {
     mt_trainer_config cfg = config("score_missing");
@@ -705,6 +713,13 @@ static void test_score_attribute_must_be_reported(void)
                                                  "not a key of the first report (reported: "
                                                  "loss, val/acc");
     mt_result_free(&res);
+    /* with unlimited retries: not retried (a retry would fail the same way, for ever) */
+    cfg.run.name = "score_forever";
+    cfg.run.failure.max_failures = -1;
+    int calls = 0;
+    MT_ASSERT_INT_EQ(fit(cfg, counted_reports_loss, &calls, NULL), MT_EINVAL);
+    MT_ASSERT_INT_EQ(calls, 1);
+    cfg.run.failure.max_failures = 0;
     /* a reported key, or an automatic one, is fine */
     cfg.run.name = "score_auto";
     cfg.run.checkpoint.score_attribute = "training_iteration";
@@ -716,6 +731,51 @@ static void test_score_attribute_must_be_reported(void)
     ok = 0;
     MT_ASSERT_INT_EQ(fit(cfg, reports_loss, &ok, NULL), MT_OK);
     MT_ASSERT_INT_EQ(ok, 2);
+}
+
+/* Reports a new checkpoint, then the same one opened by path (arg: the rc of that). */
+static int reports_stored(mt_context *c, void *arg)
+{
+    int *second = arg;
+    mt_metrics *m = mt_metrics_new();
+    mt_metrics_set_f64(m, "x", 1);
+    mt_checkpoint *ck = mt_checkpoint_new(), *st = NULL;
+    double w = 3;
+    mt_checkpoint_put(ck, "w", MT_F64, 1, (size_t[]){1}, &w, MT_REPLICATED);
+    int rc = mt_report(c, m, ck);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/checkpoint_000000", mt_run_dir(c));
+    if (!rc)
+        rc = mt_checkpoint_open(path, &st);
+    if (!rc) {
+        rc = *second = mt_report(c, m, st);
+        if (rc)
+            MT_ASSERT_STR_CONTAINS(mt_last_error(), "the checkpoint is a stored one");
+    }
+    mt_checkpoint_free(&st);
+    mt_checkpoint_free(&ck);
+    mt_metrics_free(&m);
+    return rc;
+}
+
+/* A checkpoint read back holds no arrays of its own: reporting it would commit an empty
+ * checkpoint as the latest. Refused on every rank, not retried, nothing committed. */
+static void test_stored_checkpoint_not_reported(void)
+{
+    mt_trainer_config cfg = config("stored_report");
+    cfg.run.failure.max_failures = 2;
+    int second = 0;
+    MT_ASSERT_INT_EQ(fit(cfg, reports_stored, &second, NULL), MT_EINVAL);
+    /* every rank refuses its own: the lowest rank's code wins, the others are told */
+    CU_ASSERT(second == MT_EINVAL || (R() != 0 && second == MT_EPEER));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (R() == 0) {
+        json_t *run = json_load_file(run_file("stored_report", "run.json"), 0, NULL);
+        MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "latest")), "checkpoint_000000");
+        json_decref(run);
+        struct stat st;
+        CU_ASSERT(stat(run_file("stored_report", "checkpoint_000001"), &st) != 0);
+    }
 }
 
 /* ------------------------------------------------------------ across restarts */
@@ -750,6 +810,16 @@ static void test_counters_across_restarts(void)
     mt_result *res = NULL;
     MT_ASSERT_INT_EQ(fit(cfg, always_fails, &fail, &res), MT_EIO);
     MT_ASSERT_INT_EQ(mt_result_attempts(res), 2);
+    /* the retry resumed after row 1: its row is its attempt's first */
+    MT_ASSERT_INT_EQ(mt_result_num_rows(res), 2);
+    for (size_t i = 0; i < 2 && mt_result_num_rows(res) == 2; i++) {
+        int64_t it = 0, since = 0;
+        MT_ASSERT_INT_EQ(mt_metrics_get_i64(mt_result_row(res, i), "training_iteration", &it), MT_OK);
+        MT_ASSERT_INT_EQ(mt_metrics_get_i64(mt_result_row(res, i), "iterations_since_restore",
+                                            &since), MT_OK);
+        MT_ASSERT_INT_EQ(it, (int64_t)i + 1);
+        MT_ASSERT_INT_EQ(since, 1);
+    }
     mt_result_free(&res);
     barrier();
     struct stat st;
@@ -858,6 +928,7 @@ static const mt_test tests[] = {
     {"resume_from_checkpoint", test_resume_from_checkpoint},
     {"trainable_resumes_from_checkpoint", test_trainable_resumes_from_checkpoint},
     {"score_attribute_must_be_reported", test_score_attribute_must_be_reported},
+    {"stored_checkpoint_not_reported", test_stored_checkpoint_not_reported},
     {"counters_across_restarts", test_counters_across_restarts},
     {"result_fails_on_one_rank", test_result_fails_on_one_rank},
     {NULL, NULL},
