@@ -67,16 +67,13 @@ typedef struct {
     double time_total;       /* of earlier attempts */
     mt__kept *kept;
     int nkept, latest;       /* latest: index into kept, or -1 */
-    char **csv_keys;
+    char **csv_keys;         /* progress.csv's header */
     int ncsv;
+    size_t csv_cap;
     FILE *result, *csv;
     pthread_t reaper;        /* removing checkpoints retention dropped */
     bool reaping;
 } mt__rundir;
-int mt__mkdirs(const char *path);
-int mt__fsync_dir(const char *path);
-int mt__rmtree(const char *path);
-int mt__write_atomic(const char *dir, const char *name, const char *text);
 void mt__run_free(mt__rundir *r);
 /* json_dumps, checked by parsing the text back: out of memory, jansson's dump can leave an
  * object key out and still return text. NULL when the text is not the document. */
@@ -85,6 +82,10 @@ char *mt__json_dumps(const json_t *j, size_t flags);
  * ran out of memory (rather than met bad JSON). */
 void mt__json_watch(void);
 bool mt__json_oom(const json_error_t *e);
+/* One line of a JSON-lines file (result.json); NULL for a line that is not JSON (skipped by
+ * the readers), and *oom set when parsing it ran out of memory (never skipped: a row
+ * would go missing). */
+json_t *mt__json_parse_line(const char *line, bool *oom);
 json_t *mt__run_to_json(const mt__rundir *r);
 int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where);
 int mt__run_load(mt__rundir *r, const char *dir);
@@ -92,6 +93,13 @@ int mt__run_save(const mt__rundir *r);
 int mt__run_open_logs(mt__rundir *r);
 void mt__run_close_logs(mt__rundir *r);
 int mt__run_append(mt__rundir *r, json_t *row);
+/* progress.csv (progress.c): learn the header from result.json's rows (on resume), write
+ * the whole file again from result.json under it, append one row (rewriting when the row
+ * brings a new key), close it. */
+int mt__csv_learn(mt__rundir *r);
+int mt__csv_rewrite(mt__rundir *r);
+int mt__csv_append(mt__rundir *r, json_t *row);
+void mt__csv_close(mt__rundir *r);
 /* dir/result.json's rows as a JSON array, in order, without per_rank; lines that are not
  * JSON and a torn last line (no newline) are passed over. An empty array when there is no
  * result.json; NULL with *rc set (MT_ENOMEM, MT_EIO) when it cannot be read whole. */
