@@ -20,7 +20,8 @@ int mt__grow(void *arr, size_t *cap, size_t need, size_t size)
     /* arr points at a pointer of some object type: read and write it as bytes */
     void *old;
     memcpy(&old, arr, sizeof old);
-    void *grown = realloc(old, n * size);
+    size_t bytes = n * size;
+    void *grown = realloc(old, bytes ? bytes : 1); /* realloc(p, 0) would free p */
     if (!grown)
         return MT_ENOMEM;
     memcpy(arr, &grown, sizeof grown);

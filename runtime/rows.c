@@ -30,20 +30,8 @@ typedef struct {
 
 static void put(text *t, const char *s, size_t n)
 {
-    if (t->oom)
+    if (t->oom || (t->oom = MT__GROW(t->p, t->cap, t->n + n + 1) != MT_OK))
         return;
-    if (t->n + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 512;
-        while (cap < t->n + n + 1)
-            cap *= 2;
-        char *p = realloc(t->p, cap);
-        if (!p) {
-            t->oom = true;
-            return;
-        }
-        t->p = p;
-        t->cap = cap;
-    }
     memcpy(t->p + t->n, s, n);
     t->n += n;
     t->p[t->n] = '\0';
@@ -197,6 +185,7 @@ void mt__run_close_logs(mt__rundir *r)
 int mt__run_append(mt__rundir *r, json_t *row)
 {
     text t = {0};
+    t.oom = MT__GROW(t.p, t.cap, 512) != MT_OK; /* a row's usual size in one allocation */
     put_json(&t, row);
     put(&t, "\n", 1);
     if (t.oom) {

@@ -33,7 +33,8 @@ typedef struct {
 } mt__metric;
 struct mt_metrics {
     mt__metric *e;
-    int n, cap;
+    int n;
+    size_t cap;
 };
 const mt__metric *mt__metrics_find(const mt_metrics *m, const char *key);
 /* Set a metric of `type`; user=false lets the library set the reserved automatic keys
@@ -199,6 +200,7 @@ struct mt_context {
     const mt__dataset_spec *specs; /* borrowed from the trainer */
     int nspecs;
     mt_shard **shards;            /* opened by mt_get_dataset_shard, closed with the context */
+    size_t shards_cap;
     char *ck_buf;                 /* rank 0's checkpoint staging buffer, kept across commits:
                                      fresh pages cost a fault each, on some machines more
                                      than the copy itself */
@@ -223,6 +225,7 @@ struct mt_context {
     mt_metrics *last_metrics;      /* rank 0's last report, with automatic keys (rank 0) */
     mt_fusion **fusions;           /* made on this context: orphaned when it ends */
     int nfusions;
+    size_t fusions_cap;
 };
 
 /* The job's world: MPI_COMM_WORLD, or parent and children merged in spawn mode. */

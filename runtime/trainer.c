@@ -27,6 +27,7 @@ struct mt_trainer {
     char **split;
     mt__dataset_spec *specs;
     int nspecs;
+    size_t specs_cap;
     bool fitting;          /* inside mt_trainer_fit: the trainer must not change or go */
 };
 
@@ -142,10 +143,8 @@ int mt_trainer_add_dataset(mt_trainer *t, const char *name, const char *h5_file,
             return mt__error(MT_EINVAL, "mt_trainer_add_dataset: dataset '%s' is already "
                                         "registered (%s:%s)", name, t->specs[i].file,
                              t->specs[i].group);
-    mt__dataset_spec *grown = realloc(t->specs, (size_t)(t->nspecs + 1) * sizeof *grown);
-    if (!grown)
+    if (MT__GROW(t->specs, t->specs_cap, (size_t)t->nspecs + 1))
         return mt__error(MT_ENOMEM, "out of memory registering dataset %s", name);
-    t->specs = grown;
     mt__dataset_spec *d = &t->specs[t->nspecs];
     d->name = mt__strdup(name);
     d->file = mt__strdup(h5_file);
