@@ -75,9 +75,9 @@ typedef struct {
     pthread_t reaper;        /* removing checkpoints retention dropped */
     bool reaping;
 } mt__rundir;
-void mt__run_free(mt__rundir *r);
-/* json_dumps, checked by parsing the text back: out of memory, jansson's dump can leave an
- * object key out and still return text. NULL when the text is not the document. */
+/* jansson helpers (json.c). mt__json_dumps: json_dumps, checked by parsing the text back:
+ * out of memory, jansson's dump can leave an object key out and still return text. NULL
+ * when the text is not the document. */
 char *mt__json_dumps(const json_t *j, size_t flags);
 /* Call mt__json_watch before a json_load*; after it failed, mt__json_oom says whether it
  * ran out of memory (rather than met bad JSON). */
@@ -87,13 +87,31 @@ bool mt__json_oom(const json_error_t *e);
  * the readers), and *oom set when parsing it ran out of memory (never skipped: a row
  * would go missing). */
 json_t *mt__json_parse_line(const char *line, bool *oom);
+
+/* run.json (runstate.c); mt__run_free also waits for the reaper and closes the logs. */
+void mt__run_free(mt__rundir *r);
 json_t *mt__run_to_json(const mt__rundir *r);
 int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where);
 int mt__run_load(mt__rundir *r, const char *dir);
 int mt__run_save(const mt__rundir *r);
+
+/* result.json (rows.c): open (and learn progress.csv's header), close, append a row (then
+ * its progress.csv row). */
 int mt__run_open_logs(mt__rundir *r);
 void mt__run_close_logs(mt__rundir *r);
 int mt__run_append(mt__rundir *r, json_t *row);
+/* dir/result.json's rows as a JSON array, in order, without per_rank; lines that are not
+ * JSON and a torn last line (no newline) are passed over. An empty array when there is no
+ * result.json; NULL with *rc set (MT_ENOMEM, MT_EIO) when it cannot be read whole. */
+json_t *mt__run_read_rows(const char *dir, int *rc);
+int mt__run_supersede(mt__rundir *r, int64_t iteration);
+/* On resume, before anything reads or appends to them: cut a torn last line (no newline)
+ * of result.json, progress.csv and result.superseded.json; *last_iteration is the highest
+ * training_iteration of result.json's rows (0 when it has none, -1 when there is no
+ * result.json). r->time_total becomes at least the highest time_total_s of those rows (a
+ * crashed attempt's time). */
+int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration);
+
 /* progress.csv (progress.c): learn the header from result.json's rows (on resume), write
  * the whole file again from result.json under it, append one row (rewriting when the row
  * brings a new key), close it. */
@@ -101,27 +119,21 @@ int mt__csv_learn(mt__rundir *r);
 int mt__csv_rewrite(mt__rundir *r);
 int mt__csv_append(mt__rundir *r, json_t *row);
 void mt__csv_close(mt__rundir *r);
-/* dir/result.json's rows as a JSON array, in order, without per_rank; lines that are not
- * JSON and a torn last line (no newline) are passed over. An empty array when there is no
- * result.json; NULL with *rc set (MT_ENOMEM, MT_EIO) when it cannot be read whole. */
-json_t *mt__run_read_rows(const char *dir, int *rc);
-int mt__run_supersede(mt__rundir *r, int64_t iteration);
-/* On resume, before anything reads or appends to them: cut a torn last line (no newline)
- * of result.json, progress.csv and result.superseded.json; *last_iteration is the highest training_iteration of
- * result.json's rows (0 when it has none, -1 when there is no result.json). r->time_total
- * becomes at least the highest time_total_s of those rows (a crashed attempt's time). */
-int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration);
-void mt__run_remove_leftovers(const mt__rundir *r);
-/* Rank 0, before anything else in dir is read or written: an exclusive flock on
- * dir/run.lock, held until mt__run_unlock (or the process's death). MT_EINVAL naming the
- * holder when another job has it; *fd is -1 when the file system has no locks (warned). */
+
+/* The owner (rundir.c). Rank 0, before anything else in dir is read or written: an
+ * exclusive flock on dir/run.lock, held until mt__run_unlock (or the process's death).
+ * MT_EINVAL naming the holder when another job has it; *fd is -1 when the file system has
+ * no locks (warned). */
 int mt__run_lock(const char *dir, int *fd);
 void mt__run_unlock(int *fd);
 /* Remove everything in dir except run.lock. */
 int mt__run_clear(const char *dir);
-/* Retention's drops: each checkpoint folder is renamed to .NAME.drop at once (run.json no
- * longer lists it), then removed by a thread while training goes on; the next drop, and
- * mt__run_free, wait for it. A crash leaves .drop folders that the next start removes. */
+void mt__run_remove_leftovers(const mt__rundir *r);
+
+/* The reaper (reaper.c), retention's drops: each checkpoint folder is renamed to
+ * .NAME.drop at once (run.json no longer lists it), then removed by a thread while
+ * training goes on; the next drop, and mt__run_free, wait for it. A crash leaves .drop
+ * folders that the next start removes. */
 int mt__run_drop(mt__rundir *r, const char *const *names, int n);
 void mt__run_reap_wait(mt__rundir *r);
 
