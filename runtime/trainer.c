@@ -334,14 +334,19 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
     return rc;
 }
 
-/* Rank 0: run.json in dir says the run finished (read errors are prepare_run's). */
-static bool finished(const char *dir)
+/* Rank 0: run.json in dir says the run finished (1) or not (0: read errors are
+ * prepare_run's); MT_ENOMEM (recorded) when reading it ran out of memory. */
+static int finished(const char *dir)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
-    json_t *run = json_load_file(path, 0, NULL);
+    json_error_t err;
+    mt__json_watch();
+    json_t *run = json_load_file(path, 0, &err);
     const char *status = json_string_value(json_object_get(run, "status"));
-    bool done = status && !strcmp(status, "finished");
+    int done = status && !strcmp(status, "finished");
+    if (mt__json_oom(run ? NULL : &err)) /* even a parse that succeeded may lack a key */
+        done = mt__error(MT_ENOMEM, "out of memory reading %s", path);
     json_decref(run);
     return done;
 }
@@ -356,15 +361,21 @@ static int lock_run(mt_context *ctx, int *lock_fd)
         int32_t code;
         char msg[MT__MSG_LEN];
     } r = {0, ""};
+    int done = 0;
     if (ctx->world_rank == 0 && mt__mkdirs(ctx->run_dir) == MT_OK &&
         (r.code = mt__run_lock(ctx->run_dir, lock_fd)) != MT_OK)
         snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
-    else if (ctx->world_rank == 0 && !ctx->cfg->run.overwrite && finished(ctx->run_dir)) {
-        /* not a failure of rank 0: every rank says what to do instead */
-        r.code = MT_EINVAL;
-        snprintf(r.msg, sizeof r.msg, "%s: run '%s' finished already; to start a new run give "
-                 "another --name (run.name), or to replace this one --overwrite "
-                 "(run.overwrite)", ctx->run_dir, ctx->name);
+    else if (ctx->world_rank == 0 && !ctx->cfg->run.overwrite &&
+             (done = finished(ctx->run_dir)) != 0) {
+        if (done < 0) { /* out of memory: rank 0's error, on every rank */
+            r.code = done;
+            snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
+        } else { /* not a failure of rank 0: every rank says what to do instead */
+            r.code = MT_EINVAL;
+            snprintf(r.msg, sizeof r.msg, "%s: run '%s' finished already; to start a new run "
+                     "give another --name (run.name), or to replace this one --overwrite "
+                     "(run.overwrite)", ctx->run_dir, ctx->name);
+        }
         mt__run_unlock(lock_fd);
     }
     mt__error_clear();
