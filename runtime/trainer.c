@@ -280,6 +280,9 @@ static int begin_attempt(const mt_trainer *t, mt__rundir *run, json_t **info)
 {
     snprintf(run->status, sizeof run->status, "running");
     run->attempts++;
+    if (mt__test_fail("attempt-prepare", 0))
+        return mt__error(MT_EIO, "%s: cannot ready attempt %d (test failure)", run->dir,
+                         run->attempts - 1);
     int rc = resume_point(run, &t->cfg.run, info);
     if (!rc)
         rc = mt__run_save(run);
@@ -598,8 +601,8 @@ typedef struct {
 
 /* Collective: rank 0 readies the run directory for an attempt (the first: prepare_run;
  * the next after a failure: begin_attempt, the same steps but the folder's creation),
- * then every rank learns where the attempt starts. On failure f->who names the rank
- * whose preparation failed; otherwise it stays as it was. */
+ * then every rank learns where the attempt starts. When rank 0's preparation fails,
+ * f->who names it and every rank returns its code; otherwise f->who stays as it was. */
 static int start_attempt(const mt_trainer *t, fit_state *f, bool first)
 {
     mt_context *ctx = f->ctx;
@@ -611,8 +614,10 @@ static int start_attempt(const mt_trainer *t, fit_state *f, bool first)
     mt__call prep;
     mt__call_init(&prep, MT__CALL_INTERNAL, 1, 0, 0);
     int rc = mt__agree(ctx->comm, &prep, local, &who);
-    if (rc && who.rank >= 0)
+    if (rc && who.rank >= 0) {
         f->who = who;
+        rc = who.code; /* the same code on every rank: the failing rank's */
+    }
     if (!rc)
         rc = share_json(ctx, &info);
     if (!rc)
