@@ -4,11 +4,13 @@
  * history; on resume a torn last line is cut and rows a resumed run redoes move to
  * result.superseded.json.
  *
- * The lines are written here, not by jansson's dump: it formats every real with
- * printf("%.17g"), and the report benchmark (benchmarks/mpitrain-bench --suite report,
- * 8 metrics at 2 ranks, budget 25 us median) measured 28 us a report with json_dumps
- * against 18.6 us with this writer and mt__fmt_double (same values on reading, shorter
- * text). Everything else in the run directory is written by jansson.
+ * The lines are serialised here, not by jansson's dump, which formats every real with
+ * printf("%.17g") (about half a microsecond each; a row has dozens). Measured with
+ * mpitrain-bench --suite report (8 metrics, 2 ranks, budget 25 us median): 27.8 to
+ * 28.8 us a report with json_dumps(JSON_COMPACT | JSON_REAL_PRECISION(17)) against 17.9
+ * to 18.9 us with this writer and mt__fmt_double (the same values on reading, shorter
+ * text). Everything else in the run directory (run.json, params.json) is written by
+ * jansson; rows are read back with it too.
  */
 #include "runtime.h"
 
@@ -19,9 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A report line is written on every mt_report: jansson's dump formats reals with
- * printf("%.17g"), half a microsecond each, so rows are serialised here with
- * mt__fmt_double (same values on reading, shorter text). */
+/* The line being written; oom once an allocation failed (no line is written then). */
 typedef struct {
     char *p;
     size_t n, cap;
