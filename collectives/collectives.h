@@ -39,8 +39,13 @@ const char *mt__call_name(int kind);
 
 /* Test only: true when MT_TEST_FAIL_AT names this site for this rank (fault.c). */
 bool mt__test_fail(const char *site, int rank);
+/* Test only: the process kills itself (SIGKILL) when MT_TEST_FAIL_AT names this site for
+ * this rank: a rank that dies at a chosen moment. */
+void mt__test_die(const char *site, int rank);
+/* Test only: the same with SIGSTOP: a rank that stops (hangs) at a chosen moment. */
+void mt__test_stop(const char *site, int rank);
 
-/* One collective call as the agreement sees it: its kind and arguments that must match
+/* One collective call as the agreement sees it (call.c): its kind and arguments that must match
  * across ranks (n, x, y; their meaning depends on the kind), and their signature. Text
  * is made only when a message needs it (mt__call_describe), never on the fast path. */
 typedef struct {
@@ -150,7 +155,7 @@ void mt__fusion_set_chunk(size_t n);
 int mt__fusion_buckets(const mt_fusion *f);
 /* Test hook: buckets that pack into a buffer (the others are reduced in place). */
 int mt__fusion_packed_buckets(const mt_fusion *f);
-/* Test hook: reductions go through the node's shared-memory window. */
+/* Test hook: reductions go through the node's shared-memory segment (fusion_shm.c). */
 bool mt__fusion_shared(const mt_fusion *f);
 
 #endif

@@ -11,6 +11,7 @@
  */
 #include "collectives.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,4 +33,16 @@ bool mt__test_fail(const char *site, int rank)
             return true;
     }
     return false;
+}
+
+void mt__test_die(const char *site, int rank)
+{
+    if (mt__test_fail(site, rank))
+        raise(SIGKILL);
+}
+
+void mt__test_stop(const char *site, int rank)
+{
+    if (mt__test_fail(site, rank))
+        raise(SIGSTOP);
 }

@@ -10,9 +10,10 @@
  *
  * Why a thread: Open MPI has no asynchronous progress for nonblocking collectives, so an
  * MPI_Iallreduce only advances inside later MPI calls and the reduction would not really
- * overlap the caller's backward pass. The thread packs a bucket and reduces it with a
- * blocking MPI_Allreduce on a private communicator while the caller computes (this needs
- * MPI_THREAD_MULTIPLE; without it, every bucket is reduced inside mt_fusion_wait).
+ * overlap the caller's backward pass. The thread hands a bucket to the backend, which
+ * reduces it blocking (on a private communicator, or in shared memory) while the caller
+ * computes (this needs MPI_THREAD_MULTIPLE; without it, every bucket is reduced inside
+ * mt_fusion_wait).
  *
  * mt_fusion_wait passes one agreement before it waits. It carries each rank's status and
  * how many buckets it handed over (always a prefix in bucket order). On success every
@@ -21,52 +22,28 @@
  * collective that its peers never join, and then returns the error; tensor contents are
  * unspecified after that step, and the fusion can be used again.
  * Registration (count and sizes) is checked across ranks once, at the first ready or wait.
- * When every rank is on one node, buckets are summed through a POSIX shared-memory
- * segment instead of MPI_Allreduce (MT_FUSION_SHM=0 turns that off). Not an MPI window:
- * freeing one is collective, and a rank that leaves training with an error destroys its
- * fusion while the others still wait in an agreement; unmapping is local. Each rank copies its part
- * of a chunk straight from its tensors into its slot; after a barrier rank r adds up
- * segment r of every slot in rank order and stores it in its own slot; after a second
- * barrier every rank copies all segments, averaged, straight back into its tensors. No
- * packing buffer, no MPI message copies, and every rank gets bit-identical sums. Two sets
- * of slots alternate, so two barriers a chunk suffice.
- * Tensors that lie end to end in memory in registration order (allocate a model's
- * gradients as one block) are reduced in place: no packing copy and no unpacking copy.
- * With one rank nothing moves at all.
+ *
+ * How a bucket is summed over the ranks and averaged is a backend's business
+ * (fusion_backend.h): through a shared-memory segment when every rank is on one node
+ * (fusion_shm.c), else MPI_Allreduce (fusion_mpi.c). Tensors that lie end to end in
+ * memory in registration order (allocate a model's gradients as one block) are reduced
+ * in place: no packing copy and no unpacking copy. With one rank nothing moves at all.
  */
-#include "collectives.h"
+#include "fusion_backend.h"
 #include "watchdog.h"
 
-#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-typedef struct {
-    float *ptr;
-    size_t count, offset; /* offset inside its bucket */
-    int bucket;
-    bool ready;
-} tensor;
-
-typedef struct {
-    int first, n;         /* tensors [first, first + n) */
-    size_t elems;
-    int unready;          /* tensors not yet ready this step */
-    float *buf;           /* packing buffer; NULL when the tensors already lie end to end
-                             in registration order (one tensor, or one allocation): then
-                             the bucket is reduced in place from base */
-    float *base;
-    bool adjacent;        /* its tensors lie end to end from base */
-} bucket;
+typedef mt__ftensor tensor;
+typedef mt__fbucket bucket;
 
 struct mt_fusion {
     mt__comm *comm;       /* borrowed: agreements */
-    MPI_Comm data;        /* owned: reductions */
+    MPI_Comm data;        /* owned: the backend's collectives (lent to it) */
     size_t bucket_elems;
     tensor *t;
     int nt, tcap;
@@ -86,22 +63,12 @@ struct mt_fusion {
     bool closing;         /* the wait reduces what the thread has not taken */
     int thread_rc;
     char thread_msg[MT__MSG_LEN];
-    /* shared-memory reduction (every rank on one node) */
-    MPI_Comm node;        /* owned: barriers */
-    float *seg;           /* mapped segment: [set][rank][slot_elems]; NULL: MPI_Allreduce */
-    size_t seg_bytes;
-    float **slot;         /* [set * size + rank]: each rank's slot in both sets */
-    float **part;         /* scratch: every slot's segment of this rank, size entries */
-    size_t slot_elems;
-    int set;
+    /* the backend that sums a bucket over the ranks (none with one rank) */
+    const mt__fusion_backend *be;
+    void *be_state;
 };
 
 static size_t fusion_chunk = INT_MAX;
-
-static float *bucket_data(const mt_fusion *f, const bucket *b)
-{
-    return b->buf ? b->buf : b->base;
-}
 
 /* dst = src * s (dst == src allowed), vectorised whatever the -O level: the averaging
  * pass touches every gradient float once per step. */
@@ -120,9 +87,14 @@ __attribute__((optimize("tree-vectorize"))) static void scale_into(float *dst,
         d[i] = x[i] * s;
 }
 
-/* Visits the pieces of bucket b's tensors that cover flat elements [from, from + n):
- * fn(tensor data, bucket-relative element, count, arg). */
-static void pieces(const mt_fusion *f, const bucket *b, size_t from, size_t n,
+size_t mt__fusion_chunk(void)
+{
+    return fusion_chunk;
+}
+
+/* Visits the pieces of bucket b's tensors (in t) that cover flat elements
+ * [from, from + n): fn(tensor data, bucket-relative element, count, arg). */
+static void pieces(const bucket *b, const tensor *tensors, size_t from, size_t n,
                    void (*fn)(float *t, size_t at, size_t cnt, void *arg), void *arg)
 {
     if (b->adjacent) { /* end to end: one piece */
@@ -130,7 +102,7 @@ static void pieces(const mt_fusion *f, const bucket *b, size_t from, size_t n,
         return;
     }
     for (int k = b->first; k < b->first + b->n; k++) {
-        const tensor *t = &f->t[k];
+        const tensor *t = &tensors[k];
         size_t lo = t->offset > from ? t->offset : from;
         size_t hi = t->offset + t->count < from + n ? t->offset + t->count : from + n;
         if (lo < hi)
@@ -139,7 +111,7 @@ static void pieces(const mt_fusion *f, const bucket *b, size_t from, size_t n,
 }
 
 typedef struct {
-    float *slot;      /* where element `from` of the chunk goes or comes from */
+    float *flat;      /* where element `from` goes or comes from */
     size_t from;
     float scale;
 } piece_io;
@@ -147,155 +119,35 @@ typedef struct {
 static void copy_in(float *t, size_t at, size_t cnt, void *arg)
 {
     piece_io *io = arg;
-    memcpy(io->slot + (at - io->from), t, cnt * sizeof(float));
+    memcpy(io->flat + (at - io->from), t, cnt * sizeof(float));
 }
 
 static void copy_out(float *t, size_t at, size_t cnt, void *arg)
 {
     piece_io *io = arg;
-    scale_into(t, io->slot + (at - io->from), cnt, io->scale);
+    scale_into(t, io->flat + (at - io->from), cnt, io->scale);
 }
 
-/* sum = slots[0] + ... + slots[p-1] over n elements, in rank order; sum may be one of the
- * slots (each block is added up on the stack first) */
-__attribute__((optimize("tree-vectorize"))) static void sum_slots(float *sum, float **slots,
-                                                                  int p, size_t n)
+void mt__fusion_gather(const bucket *b, const tensor *t, size_t from, size_t n, float *dst)
 {
-    enum { BLOCK = 1024 };
-    float acc[BLOCK];
-    for (size_t at = 0; at < n; at += BLOCK) {
-        size_t m = n - at < BLOCK ? n - at : BLOCK;
-        const float *a = slots[0] + at, *b2 = slots[1] + at;
-        for (size_t i = 0; i < m; i++)
-            acc[i] = a[i] + b2[i];
-        for (int q = 2; q < p; q++) {
-            const float *x = slots[q] + at;
-            for (size_t i = 0; i < m; i++)
-                acc[i] += x[i];
-        }
-        memcpy(sum + at, acc, m * sizeof(float));
-    }
+    piece_io io = {dst, from, 1.0f};
+    pieces(b, t, from, n, copy_in, &io);
 }
 
-static int node_barrier(mt_fusion *f)
+void mt__fusion_average(const bucket *b, const tensor *t, size_t from, size_t n,
+                        const float *sum, float scale)
 {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    int e = MPI_Barrier(f->node);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    return e == MPI_SUCCESS ? MT_OK : mt__mpi_error(e, "MPI_Barrier (fusion)");
+    piece_io io = {(float *)sum, from, scale};
+    pieces(b, t, from, n, copy_out, &io);
 }
 
-/* Collective over f->data: map one segment on every rank (rank 0 creates it and removes
- * its name once all have it open). Sets f->seg when every rank mapped it. */
-static int map_segment(mt_fusion *f, int size, int rank)
-{
-    int rc = MT_OK;
-    static int counter;
-    char name[64] = "";
-    f->slot_elems = (size_t)1 << 18; /* 1 MiB a slot, two sets */
-    f->seg_bytes = 2 * (size_t)size * f->slot_elems * sizeof(float);
-    int fd = -1;
-    if (rank == 0) {
-        snprintf(name, sizeof name, "/mpitrain-fusion-%d-%d", (int)getpid(), counter++);
-        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd >= 0 && ftruncate(fd, (off_t)f->seg_bytes) != 0) {
-            close(fd);
-            shm_unlink(name);
-            fd = -1;
-        }
-        if (fd < 0)
-            name[0] = '\0';
-    }
-    MT__MPI(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, f->data), out);
-    if (rank != 0 && name[0])
-        fd = shm_open(name, O_RDWR, 0600);
-    void *p = fd >= 0 ? mmap(NULL, f->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                      : MAP_FAILED;
-    if (fd >= 0)
-        close(fd);
-    /* the pointer tables count as mapping: every rank gives up the segment with the one
-     * that lacks them, and that rank's out of memory is the creation's error (agreed by
-     * the caller); a mapping the system refuses is a fallback to MPI, not an error */
-    f->slot = calloc((size_t)2 * (size_t)size, sizeof *f->slot);
-    f->part = calloc((size_t)size, sizeof *f->part);
-    if (!f->slot || !f->part)
-        rc = mt__error(MT_ENOMEM, "rank %d: out of memory setting up the fusion's shared "
-                                  "segment", rank);
-    int mapped = p != MAP_FAILED && !rc && !mt__test_fail("fusion-shm", rank);
-    int all = 0;
-    int e = MPI_Allreduce(&mapped, &all, 1, MPI_INT, MPI_MIN, f->data);
-    if (e != MPI_SUCCESS && !rc)
-        rc = mt__mpi_error(e, "MPI_Allreduce (fusion segment)");
-    if (rank == 0 && name[0])
-        shm_unlink(name); /* every rank has it open or has given up */
-    if (!all || rc) {
-        if (p != MAP_FAILED)
-            munmap(p, f->seg_bytes);
-        free(f->slot);
-        free(f->part);
-        f->slot = NULL;
-        f->part = NULL;
-        goto out;
-    }
-    f->seg = p;
-    for (int i = 0; i < 2 * size; i++)
-        f->slot[i] = f->seg + (size_t)i * f->slot_elems;
-out:
-    return rc;
-}
-
-/* Sum bucket b over the node's ranks through the window and average it into the
- * tensors (blocking; every rank calls it for the same buckets in the same order). */
-static int reduce_shm(mt_fusion *f, bucket *b)
-{
-    int P = f->comm->size, r = f->comm->rank, rc = MT_OK;
-    size_t cap = f->slot_elems < fusion_chunk ? f->slot_elems : fusion_chunk;
-    float scale = 1.0f / (float)P;
-    float **part = f->part;
-    for (size_t off = 0; off < b->elems && !rc; off += cap) {
-        size_t m = b->elems - off < cap ? b->elems - off : cap;
-        float **slots = f->slot + (size_t)f->set * (size_t)P;
-        f->set ^= 1;
-        piece_io in = {slots[r], off, 1.0f};
-        pieces(f, b, off, m, copy_in, &in);
-        if ((rc = node_barrier(f)))
-            break;
-        size_t lo = m * (size_t)r / (size_t)P, hi = m * (size_t)(r + 1) / (size_t)P;
-        for (int q = 0; q < P; q++)
-            part[q] = slots[q] + lo;
-        sum_slots(slots[r] + lo, part, P, hi - lo);
-        if ((rc = node_barrier(f)))
-            break;
-        for (int q = 0; q < P; q++) {
-            size_t qlo = m * (size_t)q / (size_t)P, qhi = m * (size_t)(q + 1) / (size_t)P;
-            piece_io out = {slots[q] + qlo, off + qlo, scale};
-            if (qhi > qlo)
-                pieces(f, b, off + qlo, qhi - qlo, copy_out, &out);
-        }
-    }
-    return rc;
-}
-
-/* Pack and sum one bucket across ranks (blocking). */
+/* Sum one bucket across ranks and average it into its tensors (blocking). */
 static int reduce_bucket(mt_fusion *f, bucket *b)
 {
     MT__TRACE_ARG("fusion", "bucket", b - f->b);
-    int rc = MT_OK;
-    if (f->comm->size == 1) /* the sum over one rank is the tensor itself */
+    if (f->comm->size == 1) /* the average over one rank is the tensor itself */
         return MT_OK;
-    if (f->seg)
-        return reduce_shm(f, b);
-    for (int k = b->first; k < b->first + b->n && b->buf; k++)
-        if (f->t[k].count)
-            memcpy(b->buf + f->t[k].offset, f->t[k].ptr, f->t[k].count * sizeof(float));
-    float *data = bucket_data(f, b);
-    for (size_t off = 0; off < b->elems; off += fusion_chunk) {
-        size_t n = b->elems - off < fusion_chunk ? b->elems - off : fusion_chunk;
-        MT__MPI(MPI_Allreduce(MPI_IN_PLACE, data + off, (int)n, MPI_FLOAT, MPI_SUM, f->data),
-                out);
-    }
-out:
-    return rc;
+    return f->be->reduce(f->be_state, b, f->t);
 }
 
 /* The first reduction error of the step, for the wait to report (call under lock, or
@@ -381,7 +233,7 @@ static int fusion_new(mt__comm *c, size_t bucket_bytes, mt_fusion **out, mt_fusi
     if (!f)
         return mt__error(MT_ENOMEM, "rank %d: out of memory creating a fusion", c->rank);
     f->comm = c;
-    f->data = f->node = MPI_COMM_NULL;
+    f->data = MPI_COMM_NULL;
     f->bucket_elems = bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->cond, NULL);
@@ -389,26 +241,22 @@ static int fusion_new(mt__comm *c, size_t bucket_bytes, mt_fusion **out, mt_fusi
     return MT_OK;
 }
 
-/* Collective over f->data: the node's shared-memory segment when every rank is on one
- * node (and MT_FUSION_SHM is not 0). */
-static int setup_shared(mt_fusion *f, mt__comm *c)
+/* Collective: the first backend that can serve these ranks (a later one, e.g. across
+ * nodes, goes in front of MPI, which serves any). */
+static int open_backend(mt_fusion *f, mt__comm *c)
 {
-    int rc = MT_OK;
-    int use = c->size > 1 && mt__env_knob_bool("MT_FUSION_SHM", true), nsize = 0, all = 0;
-    MT__MPI(MPI_Allreduce(&use, &all, 1, MPI_INT, MPI_MIN, f->data), out); /* one answer */
-    if (!all)
-        return MT_OK;
-    MT__MPI(MPI_Comm_split_type(f->data, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &f->node),
-            out);
-    MT__MPI(MPI_Comm_size(f->node, &nsize), out);
-    int one_node = nsize == c->size; /* the same answer on every rank */
-    MT__MPI(MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, f->data), out);
-    if (all && (rc = map_segment(f, c->size, c->rank)))
-        goto out;
-    if (!f->seg)
-        MPI_Comm_free(&f->node);
-out:
-    return rc;
+    static const mt__fusion_backend *const order[] = {&mt__fusion_shm, &mt__fusion_mpi};
+    for (size_t i = 0; i < sizeof order / sizeof *order && !f->be; i++) {
+        void *state = NULL;
+        int rc = order[i]->open(c, f->data, &state);
+        if (rc)
+            return rc;
+        if (state) {
+            f->be = order[i];
+            f->be_state = state;
+        }
+    }
+    return MT_OK;
 }
 
 int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
@@ -424,7 +272,7 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
     if ((rc = mt__agree(c, &call, fusion_new(c, bucket_bytes, out, &f), NULL)))
         goto fail;
     MT__MPI(MPI_Comm_dup(c->comm, &f->data), agree);
-    if ((rc = setup_shared(f, c)))
+    if ((rc = open_backend(f, c)))
         goto agree;
     int level = 0;
     MPI_Query_thread(&level);
@@ -475,12 +323,8 @@ void mt_fusion_destroy(mt_fusion **fp)
     }
     pthread_mutex_destroy(&f->lock);
     pthread_cond_destroy(&f->cond);
-    if (f->seg)
-        munmap(f->seg, f->seg_bytes); /* local: no rank waits for another here */
-    free(f->slot);
-    free(f->part);
-    if (f->node != MPI_COMM_NULL)
-        MPI_Comm_free(&f->node);
+    if (f->be)
+        f->be->close(f->be_state); /* local: no rank waits for another here */
     if (f->data != MPI_COMM_NULL)
         MPI_Comm_free(&f->data);
     for (int i = 0; i < f->nb; i++)
@@ -575,7 +419,7 @@ static int check_registration(mt_fusion *f)
             next = f->t[k].ptr + f->t[k].count;
         }
         b->adjacent = adjacent && b->base;
-        if (!adjacent && f->comm->size > 1 && !f->seg &&
+        if (!adjacent && f->comm->size > 1 && f->be->packs &&
             !(b->buf = malloc(b->elems * sizeof(float))))
             rc = mt__error(MT_ENOMEM, "out of memory for a fusion bucket of %zu floats",
                            b->elems);
@@ -649,18 +493,6 @@ int mt_fusion_wait(mt_fusion *f)
         rc = f->thread_rc;
         snprintf(msg, sizeof msg, "%s", f->thread_msg);
     }
-    float scale = 1.0f / (float)f->comm->size;
-    for (int i = 0; i < f->nb && !rc && f->comm->size > 1 && !f->seg; i++) {
-        bucket *b = &f->b[i];
-        if (!b->buf) {
-            if (b->base)
-                scale_into(b->base, b->base, b->elems, scale);
-            continue;
-        }
-        for (int k = b->first; k < b->first + b->n; k++) /* unpack and average in one pass */
-            if (f->t[k].count)
-                scale_into(f->t[k].ptr, b->buf + f->t[k].offset, f->t[k].count, scale);
-    }
     for (int i = 0; i < f->nt; i++)
         f->t[i].ready = false;
     for (int i = 0; i < f->nb; i++)
@@ -691,5 +523,5 @@ int mt__fusion_packed_buckets(const mt_fusion *f)
 
 bool mt__fusion_shared(const mt_fusion *f)
 {
-    return f && f->seg;
+    return f && f->be == &mt__fusion_shm;
 }

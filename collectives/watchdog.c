@@ -164,6 +164,12 @@ static void say(const char *text)
     }
 }
 
+void mt__end_job_say(const char *text)
+{
+    if (text)
+        say(text);
+}
+
 static struct {
     atomic_int ending;
     int code;
@@ -186,6 +192,11 @@ _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double gra
     if (atomic_exchange(&end.ending, 1)) /* another thread is ending the job already */
         for (;;)
             pause();
+    if (comm == MPI_COMM_NULL) {
+        if (text)
+            say(text);
+        _exit(code);
+    }
     end.code = code;
     end.grace_s = grace_s;
     pthread_t t;
@@ -264,14 +275,33 @@ static void own_ident(ident *me)
         me->start = 0;
 }
 
-/* The peer's process has exited (a zombie counts), or its pid belongs to another. */
-static bool process_gone(const ident *p)
+uint64_t mt__process_start(int pid)
 {
     char state;
     uint64_t start;
-    if (read_stat(p->pid, &state, &start) != 0)
+    return read_stat(pid, &state, &start) == 0 ? start : 0;
+}
+
+bool mt__process_gone(int pid, uint64_t start)
+{
+    char state;
+    uint64_t now;
+    if (read_stat(pid, &state, &now) != 0)
         return errno == ENOENT || errno == ESRCH;
-    return state == 'Z' || state == 'X' || start != p->start;
+    return state == 'Z' || state == 'X' || now != start;
+}
+
+bool mt__process_stopped(int pid, uint64_t start)
+{
+    char state;
+    uint64_t now;
+    return read_stat(pid, &state, &now) == 0 && now == start && (state == 'T' || state == 't');
+}
+
+/* The peer's process has exited (a zombie counts), or its pid belongs to another. */
+static bool process_gone(const ident *p)
+{
+    return mt__process_gone(p->pid, p->start);
 }
 
 /* ------------------------------------------------------------ the watchdog */
@@ -280,7 +310,7 @@ struct mt__watchdog {
     MPI_Comm comm;
     slot *own;           /* this rank's slot, mapped */
     char own_name[48];   /* its name until removed */
-    int rank, size, verbose;
+    int rank, size;
     double warn_s, timeout_s, tick_s, stale_s, grace_s;
     atomic_int state;    /* 0 wait for the start's agreement, 1 run, 2 quit unstarted */
     atomic_int stop;
@@ -664,19 +694,13 @@ static void destroy(mt__watchdog *w)
     free(w);
 }
 
-int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double timeout_s,
-                       int verbose)
+int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double timeout_s)
 {
     int rc = MT_OK, level = 0;
     *out = NULL;
     MPI_Query_thread(&level);
-    if (level < MPI_THREAD_MULTIPLE) {
-        if (c->rank == 0 && verbose >= 1)
-            fprintf(stderr, "mpitrain: MPI was initialised without MPI_THREAD_MULTIPLE; "
-                            "stalls will not be detected (call mt_init before MPI_Init, or "
-                            "MPI_Init_thread with MPI_THREAD_MULTIPLE)\n");
+    if (level < MPI_THREAD_MULTIPLE)
         return MT_OK;
-    }
     /* local set-up, then one agreement before the first collective of the start */
     mt__watchdog *w = mt__test_fail("watchdog-alloc", c->rank) ? NULL : calloc(1, sizeof *w);
     if (w) {
@@ -704,7 +728,6 @@ int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double ti
         rc = mt__mpi_error(e, "MPI_Allgather (stall watchdog identities)");
     w->rank = c->rank;
     w->size = c->size;
-    w->verbose = verbose;
     w->warn_s = warn_s;
     w->timeout_s = timeout_s;
     w->tick_s = fmin(0.5, fmax(0.02, warn_s / 4));

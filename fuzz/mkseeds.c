@@ -104,6 +104,8 @@ static void checkpoint(const char *name, bool sharded)
     if (!rc)
         rc = mt__ckpt_set_meta(f, "epoch", "1");
     if (!rc)
+        rc = mt__ckpt_seal(f, path);
+    if (!rc) /* with its checksum header, as restore reads it */
         rc = mt__ckpt_close(f, path, false);
     if (rc) {
         fprintf(stderr, "%s\n", mt_last_error());

@@ -82,8 +82,14 @@ typedef struct {
     bool oom;           /* reading it ran out of memory (not a corrupt file) */
 } mt__ckpt_index;
 int mt__ckpt_create(const char *path, hid_t *out);
+/* Read-only; a file whose checksum header is missing or does not match is MT_EFORMAT
+ * naming it and what, before HDF5 parses any of it. */
 int mt__ckpt_open(const char *path, hid_t *out);
+/* Closing a file opened for writing writes its checksum header (see ckpt.c). */
 int mt__ckpt_close(hid_t f, const char *path, bool sync);
+/* A new checksum header for a checkpoint edited through HDF5 on purpose (tests that
+ * damage what the header would otherwise refuse first). */
+int mt__ckpt_reseal(const char *path);
 int mt__ckpt_add_array(hid_t f, const char *name, mt_dtype t, int ndim, const uint64_t *dims,
                        hid_t *out);
 int mt__ckpt_rows(hid_t ds, mt_dtype t, uint64_t row, uint64_t nrows, void *data, bool write);

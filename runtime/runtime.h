@@ -243,8 +243,9 @@ struct mt_context {
 /* The job's world: MPI_COMM_WORLD, or parent and children merged in spawn mode. */
 MPI_Comm mt__world(void);
 /* Spawn mode: from a singleton, start workers-1 copies of this program (collective with
- * them); a no-op under a launcher. */
-int mt__spawn(int workers);
+ * them); a no-op under a launcher. Spawned ranks that do not all start within timeout_s
+ * end the job (MT_EXIT_STALLED); a rank that dies ends it (MT_EXIT_LOST). */
+int mt__spawn(int workers, double timeout_s);
 
 /* Collective over world: a context with a private communicator and the topology. */
 int mt__context_create(mt_context **out, MPI_Comm world);

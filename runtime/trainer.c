@@ -631,9 +631,10 @@ static int start_attempt(const mt_trainer *t, fit_state *f, bool first)
  * handlers started. f->ctx is NULL when there is no context to agree on (return at once). */
 static int fit_setup(const mt_trainer *t, fit_state *f)
 {
-    int rc = mt__spawn(t->cfg.scaling.num_workers);
+    int rc = mt__spawn(t->cfg.scaling.num_workers, t->cfg.run.failure.stall_timeout_s);
     if (rc)
         return rc; /* the spawn failed: this process is alone */
+    mt__test_die("die-fit-begin", mt_job_rank());
     rc = mt__context_create(&f->ctx, mt__world());
     if (rc)
         return rc; /* an MPI failure in MPI_Comm_dup: nothing to agree on */
@@ -656,8 +657,11 @@ static int fit_setup(const mt_trainer *t, fit_state *f)
     }
     if (!rc) {
         const mt_failure_config *fc = &t->cfg.run.failure;
-        rc = mt__watchdog_start(&f->dog, ctx->comm, fc->stall_warn_s, fc->stall_timeout_s,
-                                t->cfg.run.verbose);
+        rc = mt__watchdog_start(&f->dog, ctx->comm, fc->stall_warn_s, fc->stall_timeout_s);
+        if (!rc && !f->dog && ctx->world_rank == 0 && t->cfg.run.verbose >= 1)
+            fprintf(stderr, "mpitrain: MPI was initialised without MPI_THREAD_MULTIPLE; "
+                            "stalls will not be detected (call mt_init before MPI_Init, or "
+                            "MPI_Init_thread with MPI_THREAD_MULTIPLE)\n");
     }
     f->started = !rc;
     if (f->started) {
@@ -699,6 +703,7 @@ static int fit_finish(const mt_trainer *t, fit_state *f, int rc, const char *fin
     mt_context *ctx = f->ctx;
     mt__signals_restore();
     mt__watchdog_stop(&f->dog);
+    mt__test_die("die-fit-end", ctx->world_rank);
     mt__trace_stop();
     char error[MT__MSG_LEN + 64] = "";
     if (rc && rc != MT_ESTOP) {

@@ -10,7 +10,12 @@
  *   ckpt_probe damage FILE WHAT   damage one thing in a checkpoint.h5 with the HDF5 API
  *                                 (no MPI): layout, offsets, shape, dtype, name, meta,
  *                                 drop (an array), add (an array), unformat (the format
- *                                 attribute), legacy (every check: an older file)
+ *                                 attribute), legacy (every check: an older file); each
+ *                                 then gets a new checksum header, so that the check
+ *                                 inside is what finds it. Without one: bytes (16 bytes
+ *                                 of the root object header flipped: damaged metadata),
+ *                                 bare (the same HDF5 content without the header, as
+ *                                 written before the header existed)
  *   ckpt_probe report NAME N      N reports (metric k = 0..N-1), a checkpoint holding k with
  *                                 every MT_PROBE_CKPT_EVERY-th (default 1); a resumed run
  *                                 continues after the restored k; MT_PROBE_FAIL_AT=K fails
@@ -22,6 +27,7 @@
  */
 #include "harness.h"
 
+#include "../io/io.h"
 #include <mpitrain.h>
 
 #include <hdf5.h>
@@ -213,9 +219,60 @@ static int recreate(hid_t f, const char *name, const char *as, hid_t type, int n
     return rc;
 }
 
+/* Flip 16 bytes of the root group's object header, past its first 16 (no HDF5 call
+ * sees the result: the file's checksum header must refuse it first). */
+static int flip_root_header(const char *file)
+{
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT), fcpl = H5Fget_create_plist(f);
+    H5O_info_t oi;
+    hsize_t base = 0;
+    int rc = f < 0 || fcpl < 0 || H5Pget_userblock(fcpl, &base) < 0 ||
+             H5Oget_info2(f, &oi, H5O_INFO_BASIC) < 0;
+    H5Pclose(fcpl);
+    H5Fclose(f);
+    FILE *io = rc ? NULL : fopen(file, "r+b");
+    unsigned char b[16];
+    long at = (long)(base + oi.addr + 16);
+    rc = !io || fseek(io, at, SEEK_SET) || fread(b, 1, sizeof b, io) != sizeof b;
+    for (int i = 0; !rc && i < 16; i++)
+        b[i] ^= 0xff;
+    rc = rc || fseek(io, at, SEEK_SET) || fwrite(b, 1, sizeof b, io) != sizeof b;
+    if (io && fclose(io))
+        rc = 1;
+    return rc;
+}
+
+/* The same objects and root attributes in a file without a user block: what every
+ * checkpoint looked like before the checksum header. */
+static int bare(const char *file)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.bare", file);
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t g = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = f < 0 || g < 0;
+    const char *names[] = {"rows", "step"};
+    for (int i = 0; !rc && i < 2; i++)
+        rc = H5Ocopy(f, names[i], g, names[i], H5P_DEFAULT, H5P_DEFAULT) < 0;
+    hsize_t idx = 0;
+    if (!rc)
+        rc = H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_INC, &idx, copy_attr, &g) < 0;
+    if (g >= 0 && H5Fclose(g) < 0)
+        rc = 1;
+    if (f >= 0)
+        H5Fclose(f);
+    return rc || rename(tmp, file);
+}
+
 static int damage(const char *file, const char *what)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    if (!strcmp(what, "bytes") || !strcmp(what, "bare")) {
+        int rc = what[0] == 'b' && what[1] == 'y' ? flip_root_header(file) : bare(file);
+        if (rc)
+            fprintf(stderr, "ckpt_probe: damaging %s in %s failed\n", what, file);
+        return rc;
+    }
     hid_t f = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
     if (f < 0) {
         fprintf(stderr, "ckpt_probe: cannot open %s\n", file);
@@ -279,6 +336,10 @@ static int damage(const char *file, const char *what)
     }
     if (H5Fclose(f) < 0)
         rc = 1;
+    if (!rc && mt__ckpt_reseal(file)) { /* the header must not be what refuses it */
+        fprintf(stderr, "ckpt_probe: %s\n", mt_last_error());
+        rc = 1;
+    }
     if (rc)
         fprintf(stderr, "ckpt_probe: damaging %s in %s failed\n", what, file);
     return rc;

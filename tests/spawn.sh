@@ -4,7 +4,17 @@
 #    naming the dead rank and its host, long before the stall timeout (600 s, the default,
 #    is left in place), no process of the job is left, and the run resumes afterwards;
 #  - the parent (rank 0) killed: no spawned rank or helper daemon is left, and the run
-#    resumes afterwards.
+#    resumes afterwards;
+#  - a rank that dies where no fit's stall watchdog runs (MT_TEST_FAIL_AT=die-SITE:rank makes
+#    it kill itself there): in mt_init before MPI_Init, before the merge, at the start and the
+#    end of fit, in mt_finalize before and after MPI_Comm_disconnect; at 2 and 3 workers the
+#    job ends with 77 naming the dead rank, and nothing is left (these hung until the test's
+#    timeout before spawn mode's lifeline);
+#  - the parent dying in mt_finalize leaves nothing; a spawned rank that hangs before it
+#    joins the job, or any rank stopped in mt_finalize once every rank is there, ends it
+#    with 76 at the stall timeout instead of leaving the others waiting;
+#  - 3 workers with small fusion buckets (the fusion's thread reducing while the caller
+#    computes, many shared-memory barriers) finish, with mpirun -np 3's numbers.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
@@ -15,6 +25,19 @@ limit=$((60 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 common="--data $data --storage-path $store/runs --steps-per-epoch 20"
 # a collective that hangs (see README) ends with 76 well inside the test's timeout
 resume="--stall-warn 10 --stall-timeout 40"
+
+last_field() { # last_field RUN KEY: KEY's value in the last line of result.json
+    tail -n 1 "$store/runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n "s/^ *\"$2\": *//p"
+}
+MT_FUSION_BYTES=65536 "${top_srcdir:-.}/tests/mpirun.sh" 3 "$b/tools/trainer" $common --epochs 2 \
+    --name fused-mpirun >"$out" 2>"$err"
+MT_FUSION_BYTES=65536 timeout -k 5 $((limit * 2)) "$b/tools/trainer" --num-workers 3 $common $resume \
+    --epochs 2 --name fused-spawn >"$out" 2>"$err"
+rc=$?
+l1=$(last_field fused-mpirun train_loss); l2=$(last_field fused-spawn train_loss)
+if [ $rc -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ]; then
+    ok "spawn mode, 3 workers, 64 KiB fusion buckets: finishes with mpirun -np 3's train_loss ($l2)"
+else bad "spawn mode, 3 workers, 64 KiB buckets (exit $rc, loss '$l1' vs '$l2')"; fi
 
 # every descendant of pid $1: the parent rank, its helper daemon (orted), the spawned ranks
 job_pids() {
@@ -39,6 +62,68 @@ await_checkpoint() {
     done
     return 1
 }
+
+# run_dying NP SITE NAME [ARGS...]: the job with MT_TEST_FAIL_AT=SITE in the background;
+# sets rc and $seen (every process of the job seen while it ran)
+run_dying() {
+    np=$1; site=$2; name=$3; shift 3
+    MT_TEST_FAIL_AT=$site timeout -k 5 "$limit" "$b/tools/trainer" --num-workers "$np" $common \
+        --epochs 1 --name "$name" "$@" >"$out" 2>"$err" &
+    job=$!
+    seen=""
+    while alive $job; do seen="$seen $(job_pids $job)"; sleep 0.1; done
+    wait $job
+    rc=$?
+    seen=$(echo $seen | tr ' ' '\n' | sort -u)
+}
+n=0
+for np in 2 3; do
+    for moment in init merge fit-begin fit-end finalize disconnected; do
+        n=$((n + 1))
+        victim=$((1 + n % (np - 1))) # at 3 workers, rank 1 or rank 2 by turns
+        run_dying $np die-$moment:$victim die-$moment-$np
+        # shellcheck disable=SC2086
+        left=$(left_over $seen)
+        if [ $rc -eq 77 ] && [ -z "$left" ] \
+            && grep -q "has died; the job cannot go on without it: ending it with status 77" "$err"; then
+            ok "spawn mode, $np workers: rank $victim dying at $moment ends the job with 77, nothing left"
+        else bad "spawn mode, $np workers: rank $victim dying at $moment (exit $rc, want 77; left:$left)"; fi
+        # shellcheck disable=SC2086
+        [ -n "$left" ] && kill -9 $left 2>/dev/null
+    done
+done
+for np in 2 3; do
+    run_dying $np die-finalize:0 parent-finalize-$np
+    # shellcheck disable=SC2086
+    left=$(left_over $seen)
+    if [ $rc -eq 137 ] && [ -z "$left" ]; then
+        ok "spawn mode, $np workers: the parent dying in mt_finalize leaves nothing"
+    else bad "spawn mode, $np workers: parent dying in mt_finalize (exit $rc; left:$left)"; fi
+    # shellcheck disable=SC2086
+    [ -n "$left" ] && kill -9 $left 2>/dev/null
+done
+# a rank stopped in mt_finalize once every rank is there: 76 at the stall timeout; a
+# stopped parent is killed by the rank that ends the job
+for victim in 1 0; do
+    run_dying 3 stop-finalize:$victim stopped-finalize-$victim --stall-warn 2 --stall-timeout 5
+    want=76; [ $victim -eq 0 ] && want=137
+    # shellcheck disable=SC2086
+    left=$(left_over $seen)
+    if [ $rc -eq $want ] && [ -z "$left" ] && grep -q "mt_finalize has waited 5 s for the other ranks" "$err"; then
+        ok "spawn mode, 3 workers: rank $victim stopped in mt_finalize ends the job (exit $rc), nothing left"
+    else bad "spawn mode, 3 workers: rank $victim stopped in mt_finalize (exit $rc, want $want; left:$left)"; fi
+    # shellcheck disable=SC2086
+    [ -n "$left" ] && kill -9 $left 2>/dev/null
+done
+run_dying 2 stop-init:1 stopped-child --stall-warn 2 --stall-timeout 5
+# shellcheck disable=SC2086
+left=$(left_over $seen)
+if [ $rc -eq 76 ] && [ -z "$left" ] && grep -q "1 of the 1 spawned ranks did not join the job within 5 s" "$err"; then
+    ok "spawn mode: a spawned rank that hangs before it joins ends the job with 76, nothing left"
+else bad "spawn mode: spawned rank stopped before joining (exit $rc, want 76; left:$left)"; fi
+# shellcheck disable=SC2086
+[ -n "$left" ] && kill -9 $left 2>/dev/null
+ls /dev/shm/mpitrain-spawn-* >/dev/null 2>&1 && bad "spawn mode leaves its shared memory behind: $(ls /dev/shm/mpitrain-spawn-*)"
 
 for victim in child parent; do
     name=kill-$victim

@@ -340,7 +340,8 @@ static void write_fake_ckpt(const char *run, const fake_ckpt *fc)
     mkdir(run, 0755);
     mkdir(path, 0755);
     snprintf(path, sizeof path, "%s/checkpoint_000000/checkpoint.h5", run);
-    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t f = H5I_INVALID_HID;
+    CU_ASSERT_EQUAL_FATAL(mt__ckpt_create(path, &f), MT_OK); /* with its checksum header */
     hsize_t dims[64];
     for (int i = 0; i < fc->nd; i++)
         dims[i] = 1;
@@ -389,7 +390,7 @@ static void write_fake_ckpt(const char *run, const fake_ckpt *fc)
         H5Sclose(sp);
         H5Tclose(st);
     }
-    H5Fclose(f);
+    MT_ASSERT_INT_EQ(mt__ckpt_close(f, path, false), MT_OK);
     snprintf(path, sizeof path, "%s/run.json", run);
     FILE *rj = fopen(path, "w");
     fprintf(rj, "{\"status\": \"finished\", \"attempts\": 1, \"failures\": 0, "
@@ -454,6 +455,137 @@ static void test_checkpoint_file_bounds(void)
     MT_ASSERT_INT_EQ(mt_checkpoint_dims(stored, longname, &nd, dims), MT_OK);
     MT_ASSERT_INT_EQ(nd, 8);
     mt_checkpoint_free(&stored);
+}
+
+/* The whole file as written, to damage copies of it. */
+static unsigned char *slurp(const char *file, size_t *n)
+{
+    FILE *in = fopen(file, "rb");
+    unsigned char *b = in ? malloc(1 << 20) : NULL;
+    *n = b ? fread(b, 1, 1 << 20, in) : 0;
+    if (in)
+        fclose(in);
+    return b;
+}
+
+static void spill(const char *file, const unsigned char *b, size_t n)
+{
+    FILE *out = fopen(file, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    CU_ASSERT(fwrite(b, 1, n, out) == n);
+    fclose(out);
+}
+
+/* mt__ckpt_open refuses, naming the file and what, before HDF5 parses anything: */
+static void refused(const char *file, const char *msg)
+{
+    hid_t f = H5I_INVALID_HID;
+    MT_ASSERT_INT_EQ(mt__ckpt_open(file, &f), MT_EFORMAT);
+    if (f != H5I_INVALID_HID)
+        mt__ckpt_close(f, file, false);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), file);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), msg);
+    CU_ASSERT(f == H5I_INVALID_HID);
+}
+
+/* checkpoint.h5 starts with a checksum header over everything HDF5 parses (ckpt.c): a
+ * damaged byte in the header, the superblock or an object header, a file cut short or
+ * appended to, an HDF5 file without the header (an older checkpoint), an empty or foreign
+ * file are refused with MT_EFORMAT naming the file; a damaged byte of an array's data
+ * passes (the array's own CRC-32 finds it when read); a checkpoint of more arrays than
+ * the header lists still round-trips. */
+static void test_checkpoint_header(void)
+{
+    char good[400], bad[400];
+    snprintf(good, sizeof good, "%s/good.h5", dir);
+    snprintf(bad, sizeof bad, "%s/bad.h5", dir);
+    double w[512];
+    for (int i = 0; i < 512; i++)
+        w[i] = i;
+    uint32_t crc = (uint32_t)crc32(crc32(0, NULL, 0), (const Bytef *)w, sizeof w);
+    hid_t f = H5I_INVALID_HID, ds = H5I_INVALID_HID;
+    MT_ASSERT_INT_EQ(mt__ckpt_create(good, &f), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_add_array(f, "w", MT_F64, 1, (uint64_t[]){512}, &ds), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_rows(ds, MT_F64, 0, 512, w, true), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_finish_array(ds, MT_REPLICATED, crc, NULL, 0), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_set_meta(f, "epoch", "3"), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_seal(f, good), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_close(f, good, true), MT_OK);
+    /* where the root object header and the array's bytes are */
+    hid_t h = H5Fopen(good, H5F_ACC_RDONLY, H5P_DEFAULT), d = H5Dopen2(h, "w", H5P_DEFAULT);
+    H5O_info_t oi;
+    CU_ASSERT(H5Oget_info2(h, &oi, H5O_INFO_BASIC) >= 0);
+    size_t root = 4096 + (size_t)oi.addr, data = (size_t)H5Dget_offset(d);
+    H5Dclose(d);
+    H5Fclose(h);
+    size_t n;
+    unsigned char *b = slurp(good, &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT(n > 4096 + 4096 && data > 4096 && data + sizeof w <= n && root + 32 < n);
+    hid_t ok = H5I_INVALID_HID;
+    MT_ASSERT_INT_EQ(mt__ckpt_open(good, &ok), MT_OK);
+    mt__ckpt_index ix;
+    MT_ASSERT_INT_EQ(mt__ckpt_read_index(ok, good, &ix), MT_OK);
+    MT_ASSERT_INT_EQ(ix.n, 1);
+    mt__ckpt_index_free(&ix);
+    MT_ASSERT_INT_EQ(mt__ckpt_close(ok, good, false), MT_OK);
+    struct { size_t at; const char *msg; } flips[] = {
+        {20, "its checkpoint header is damaged"},
+        {600, "its checkpoint header is damaged"}, /* the user block past the header */
+        {4096 + 8, "the checksum of its HDF5 metadata does not match"}, /* superblock version */
+        {root, "the checksum of its HDF5 metadata does not match"},      /* "OHDR" or v1 */
+        {root + 20, "the checksum of its HDF5 metadata does not match"},
+        {data - 1, "the checksum of its HDF5 metadata does not match"}, /* unused, even */
+    };
+    for (size_t i = 0; i < sizeof flips / sizeof *flips; i++) {
+        b[flips[i].at] ^= 1;
+        spill(bad, b, n);
+        b[flips[i].at] ^= 1;
+        refused(bad, flips[i].msg);
+    }
+    b[data + 8] ^= 1; /* the array's bytes: HDF5 reads them as numbers; our CRC checks them */
+    spill(bad, b, n);
+    b[data + 8] ^= 1;
+    MT_ASSERT_INT_EQ(mt__ckpt_open(bad, &ok), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_close(ok, bad, false), MT_OK);
+    spill(bad, b, n - 1);
+    refused(bad, "but its header says");
+    b[n] = 0;
+    spill(bad, b, n + 1);
+    refused(bad, "(truncated or appended to)");
+    spill(bad, b, 100);
+    refused(bad, "truncated: 100 bytes");
+    spill(bad, b, 0);
+    refused(bad, "not a checkpoint file (empty)");
+    spill(bad, (const unsigned char *)"{\"not\": \"hdf5\"}\n", 16);
+    refused(bad, "no checkpoint header at its start");
+    unlink(bad);
+    refused(bad, "cannot open: No such file or directory");
+    h = H5Fcreate(bad, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT); /* an older checkpoint */
+    H5Fclose(h);
+    refused(bad, "an HDF5 file without a checkpoint checksum header");
+    free(b);
+    /* more arrays than the header lists: the smallest are read back into the checksum */
+    MT_ASSERT_INT_EQ(mt__ckpt_create(good, &f), MT_OK);
+    for (int i = 0; i < 1000; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "a%d", i);
+        MT_ASSERT_INT_EQ(mt__ckpt_add_array(f, name, MT_F64, 1, (uint64_t[]){512}, &ds), MT_OK);
+        MT_ASSERT_INT_EQ(mt__ckpt_rows(ds, MT_F64, 0, 512, w, true), MT_OK);
+        MT_ASSERT_INT_EQ(mt__ckpt_set_meta(f, name, "x"), MT_OK); /* metadata between */
+        MT_ASSERT_INT_EQ(mt__ckpt_finish_array(ds, MT_REPLICATED, crc, NULL, 0), MT_OK);
+    }
+    MT_ASSERT_INT_EQ(mt__ckpt_seal(f, good), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_close(f, good, false), MT_OK);
+    b = slurp(good, &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    MT_ASSERT_INT_EQ(b[12] | b[13] << 8, 254); /* the header is full */
+    free(b);
+    MT_ASSERT_INT_EQ(mt__ckpt_open(good, &ok), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_read_index(ok, good, &ix), MT_OK);
+    MT_ASSERT_INT_EQ(ix.n, 1000);
+    mt__ckpt_index_free(&ix);
+    MT_ASSERT_INT_EQ(mt__ckpt_close(ok, good, false), MT_OK);
 }
 
 /* Names read back from run.json are a run directory's own checkpoint folders: "../victim"
@@ -632,6 +764,7 @@ static const mt_test tests[] = {
     {"idx_headers_that_lie", test_idx_headers_that_lie},
     {"csv_out_of_float_range", test_csv_out_of_float_range},
     {"checkpoint_file_bounds", test_checkpoint_file_bounds},
+    {"checkpoint_header", test_checkpoint_header},
     {"run_json_names", test_run_json_names},
     {"convert_matches_hdf5", test_convert_matches_hdf5},
     {NULL, NULL},

@@ -517,14 +517,14 @@ static void test_watchdog_start_fails_on_one_rank(void)
     for (int i = 0; i < 3; i++) {
         mt__watchdog *w = NULL;
         fail_at(sites[i]);
-        int rc = mt__watchdog_start(&w, c, 1, 10, 0);
+        int rc = mt__watchdog_start(&w, c, 1, 10);
         fail_none();
         assert_victim_failed(rc, codes[i]);
         CU_ASSERT_PTR_NULL(w);
     }
     /* a watchdog that starts on every rank stops on every rank */
     mt__watchdog *w = NULL;
-    MT_ASSERT_INT_EQ(mt__watchdog_start(&w, c, 1, 10, 0), MT_OK);
+    MT_ASSERT_INT_EQ(mt__watchdog_start(&w, c, 1, 10), MT_OK);
     MT_ASSERT_INT_EQ(mt__barrier(c), MT_OK);
     mt__watchdog_stop(&w);
     CU_ASSERT_PTR_NULL(w);

@@ -1,0 +1,77 @@
+/*
+ * call.c -- what a collective call is, as the agreement and the stall watchdog see it:
+ * its kind, the arguments that must match across ranks, their signature, and the text
+ * that names it in messages ("allreduce(count=4, f64, sum)"). Both agree.c and
+ * watchdog.c use it; it uses neither.
+ */
+#include "collectives.h"
+
+#include <stdio.h>
+
+const char *mt__call_name(int kind)
+{
+    switch (kind) {
+#define XX(name, text)                                                        \
+    case MT__CALL_##name:                                                     \
+        return text;
+        MT__CALL_MAP(XX)
+#undef XX
+    }
+    return "none";
+}
+
+uint64_t mt__sig_mix(uint64_t h, uint64_t v)
+{
+    /* FNV-1a over the 8 bytes of v. */
+    if (h == 0)
+        h = 1469598103934665603ULL;
+    for (int i = 0; i < 8; i++) {
+        h ^= (v >> (8 * i)) & 0xff;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+void mt__call_init(mt__call *call, int kind, uint64_t n, int64_t x, int64_t y)
+{
+    call->kind = kind;
+    call->n = n;
+    call->x = x;
+    call->y = y;
+    call->sig = mt__sig_mix(mt__sig_mix(mt__sig_mix(mt__sig_mix(0, (uint64_t)kind), n),
+                                        (uint64_t)x), (uint64_t)y);
+}
+
+void mt__call_describe(const mt__call *c, char *buf, size_t len)
+{
+    unsigned long long n = c->n;
+    switch (c->kind) {
+    case MT__CALL_ALLREDUCE:
+        snprintf(buf, len, "allreduce(count=%llu, %s, %s)", n, mt__dtype_name((int)c->x),
+                 mt__op_name((int)c->y));
+        break;
+    case MT__CALL_BROADCAST:
+        snprintf(buf, len, "broadcast(count=%llu, %s, root=%lld)", n, mt__dtype_name((int)c->x),
+                 (long long)c->y);
+        break;
+    case MT__CALL_ALLGATHER:
+        snprintf(buf, len, "allgather(count=%llu, %s)", n, mt__dtype_name((int)c->x));
+        break;
+    case MT__CALL_FUSION_CHECK:
+        snprintf(buf, len, "fusion-check(tensors=%lld, floats=%llu, buckets=%lld)",
+                 (long long)c->x, n, (long long)c->y);
+        break;
+    case MT__CALL_FUSION_WAIT:
+        snprintf(buf, len, "fusion-wait(tensors=%lld)", (long long)c->x);
+        break;
+    case MT__CALL_EPOCH:
+        snprintf(buf, len, "begin-epoch(epoch=%lld, batch_size=%lld, batches=%llu)",
+                 (long long)c->x, (long long)c->y, n);
+        break;
+    case MT__CALL_TEST:
+        snprintf(buf, len, "test(%llu)", n);
+        break;
+    default:
+        snprintf(buf, len, "%s", mt__call_name(c->kind));
+    }
+}
