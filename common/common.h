@@ -12,6 +12,8 @@
 #include "trace.h"
 
 #include <stdarg.h>
+#include <stdio.h>
+#include <sys/types.h>
 
 #define MT__MSG_LEN 2048
 
@@ -53,6 +55,30 @@ int mt__mpi_error(int mpi_code, const char *what);
 
 /* strdup that records MT_ENOMEM; NULL in gives NULL out. */
 char *mt__strdup(const char *s);
+
+/* Room for at least `need` elements of `size` bytes in the array *arr (a pointer to the
+ * array's pointer) of capacity *cap, growing the capacity geometrically (doubling, from
+ * 8), so n appends cost O(n). MT_ENOMEM (not recorded: the caller names what it was
+ * storing) when out of memory or when the size overflows; *arr and *cap are unchanged
+ * then. MT__GROW(p, cap, need) for a typed pointer p. */
+int mt__grow(void *arr, size_t *cap, size_t need, size_t size);
+#define MT__GROW(p, cap, need) mt__grow(&(p), &(cap), (need), sizeof *(p))
+
+/* File-system helpers (files.c); each failure records MT_EIO naming the file and the
+ * system's reason. mt__mkdirs: the folder and its parents, and it must be writable.
+ * mt__rmtree: a file or folder tree, a link removed and never followed; gone already is
+ * fine. mt__write_atomic: dir/name holds text, or keeps its old content (temporary file,
+ * fsync, rename, fsync of dir). */
+int mt__mkdirs(const char *path);
+int mt__fsync_dir(const char *path);
+int mt__rmtree(const char *path);
+int mt__write_atomic(const char *dir, const char *name, const char *text);
+/* Append n bytes to the log f (dir/name, for messages) whole or not at all: a failed write
+ * is cut back, so the next append does not land on a partial line. */
+int mt__append_whole(FILE *f, const char *dir, const char *name, const char *p, size_t n);
+/* Cut a last line that a crash left without its newline; its length in *cut (0 when the
+ * file ends in a newline or does not exist). */
+int mt__cut_torn_tail(const char *path, off_t *cut);
 
 const char *mt__dtype_name(int dtype);
 const char *mt__op_name(int op);

@@ -279,7 +279,8 @@ int mt__import_idx(const char *images, const char *labels, const char *out_file,
 
 typedef struct {
     char **fields;
-    int n, cap;
+    int n;
+    size_t cap;
 } row;
 
 /* Split a line at commas (no quoting of numbers is needed; quotes are stripped). */
@@ -288,14 +289,8 @@ static int split(char *line, row *r)
     r->n = 0;
     char *p = line;
     for (;;) {
-        if (r->n == r->cap) {
-            int cap = r->cap ? 2 * r->cap : 16;
-            char **f = realloc(r->fields, (size_t)cap * sizeof *f);
-            if (!f)
-                return -1;
-            r->fields = f;
-            r->cap = cap;
-        }
+        if (MT__GROW(r->fields, r->cap, (size_t)r->n + 1))
+            return -1;
         char *end = strchr(p, ',');
         if (end)
             *end = '\0';
@@ -327,7 +322,7 @@ int mt__import_csv(const char *csv, const char *label_column, const char *out_fi
     long lineno = 1;
     double *x = NULL, *y = NULL;
     char **header = NULL; /* the column names, for messages */
-    size_t rows = 0, rows_cap = 0;
+    size_t rows = 0, x_cap = 0, y_cap = 0;
     bool integral = true;
     if (getline(&line, &cap, f) < 0 || split(line, &r) < 0 || (r.n == 1 && !*r.fields[0])) {
         rc = mt__error(MT_EFORMAT, "%s: line 1: no header row", csv);
@@ -369,24 +364,12 @@ int mt__import_csv(const char *csv, const char *label_column, const char *out_fi
                            r.n, ncols);
             goto out;
         }
-        if (rows == rows_cap) {
-            rows_cap = rows_cap ? 2 * rows_cap : 1024;
-            size_t xbytes;
-            if (__builtin_mul_overflow(rows_cap, (size_t)(ncols - 1) * sizeof *x, &xbytes)) {
-                rc = mt__error(MT_ENOMEM, "%s: line %ld: %zu rows of %d columns are more than "
-                               "memory can hold", csv, lineno, rows_cap, ncols);
-                goto out;
-            }
-            double *gx = realloc(x, xbytes);
-            double *gy = realloc(y, rows_cap * sizeof *y);
-            if (gx)
-                x = gx;
-            if (gy)
-                y = gy;
-            if (!gx || !gy) {
-                rc = mt__error(MT_ENOMEM, "%s: out of memory at line %ld", csv, lineno);
-                goto out;
-            }
+        /* a row's features (ncols - 1 floats' worth of doubles) and its label */
+        if (mt__grow(&x, &x_cap, rows + 1, (size_t)(ncols - 1) * sizeof *x) ||
+            MT__GROW(y, y_cap, rows + 1)) {
+            rc = mt__error(MT_ENOMEM, "%s: out of memory at line %ld (%zu rows of %d columns)",
+                           csv, lineno, rows + 1, ncols);
+            goto out;
         }
         for (int i = 0, k = 0; i < ncols; i++) {
             char *end;

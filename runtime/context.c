@@ -333,13 +333,10 @@ int mt_fusion_create(mt_context *c, size_t bucket_bytes, mt_fusion **out)
     /* the context's room for it first, agreed: no rank may skip the collective creation */
     int rc = MT_OK;
     bool room = false;
-    mt_fusion **grown = realloc(c->fusions, (size_t)(c->nfusions + 1) * sizeof *grown);
-    if (!grown)
+    if (MT__GROW(c->fusions, c->fusions_cap, (size_t)c->nfusions + 1))
         rc = mt__error(MT_ENOMEM, "out of memory creating a fusion");
-    else {
-        c->fusions = grown;
+    else
         room = (rc = mt__live_reserve()) == MT_OK;
-    }
     mt__call call;
     mt__call_init(&call, MT__CALL_INTERNAL, 7, 0, 0);
     if (!(rc = mt__agree(c->comm, &call, rc, NULL)))

@@ -382,6 +382,7 @@ void mt__shards_close(mt_context *c)
     free(c->shards);
     c->shards = NULL;
     c->nshards = 0;
+    c->shards_cap = 0;
 }
 
 static const mt__dataset_spec *find_spec(const mt_context *c, const char *name)
@@ -433,9 +434,7 @@ static int open_shard(mt_context *c, const mt__dataset_spec *spec, mt_shard **ou
     /* what is allocated here (and the room to keep the shard) is agreed before the
      * collective open, which a rank must not skip alone */
     mt_shard *s = calloc(1, sizeof *s);
-    mt_shard **grown = realloc(c->shards, (size_t)(c->nshards + 1) * sizeof *grown);
-    if (grown)
-        c->shards = grown;
+    bool grown = MT__GROW(c->shards, c->shards_cap, (size_t)c->nshards + 1) == MT_OK;
     if (s) {
         s->ctx = c;
         s->name = mt__strdup(spec->name);
@@ -533,10 +532,8 @@ int mt_get_dataset_shard(mt_context *c, const char *name, mt_shard **out)
         return mt__agree(c->comm, &call, rc, NULL);
     }
     /* room for the shard first: after the open's agreements no rank may fail alone */
-    mt_shard **grown = realloc(c->shards, (size_t)(c->nshards + 1) * sizeof *grown);
     int room = 0; /* the shard's and its batch's places in the table of live handles */
-    if (grown) {
-        c->shards = grown;
+    if (MT__GROW(c->shards, c->shards_cap, (size_t)c->nshards + 1) == MT_OK) {
         while (room < 2 && mt__live_reserve() == MT_OK)
             room++;
     }

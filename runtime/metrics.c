@@ -114,15 +114,9 @@ static mt__metric *slot(mt_metrics *m, const char *key, bool user, int *rc)
             m->e[i].s = NULL;
             return &m->e[i];
         }
-    if (m->n == m->cap) {
-        int cap = m->cap ? 2 * m->cap : 16;
-        mt__metric *e = realloc(m->e, (size_t)cap * sizeof *e);
-        if (!e) {
-            *rc = mt__error(MT_ENOMEM, "out of memory adding metric %s", key);
-            return NULL;
-        }
-        m->e = e;
-        m->cap = cap;
+    if (MT__GROW(m->e, m->cap, (size_t)m->n + 1)) {
+        *rc = mt__error(MT_ENOMEM, "out of memory adding metric %s", key);
+        return NULL;
     }
     mt__metric *e = &m->e[m->n];
     memset(e, 0, sizeof *e);

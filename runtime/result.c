@@ -29,7 +29,7 @@ struct mt_result {
     mt_metrics **rows;      /* result.json, in order */
     size_t nrows;
     char **columns;         /* every key of any row, in order of first appearance */
-    size_t ncolumns;
+    size_t ncolumns, columns_cap;
 };
 
 json_t *mt__params_json(const mt_trainer_config *cfg, int world_size)
@@ -90,11 +90,9 @@ static int add_column(mt_result *r, const char *key)
     for (size_t i = 0; i < r->ncolumns; i++)
         if (!strcmp(r->columns[i], key))
             return MT_OK;
-    char **c = realloc(r->columns, (r->ncolumns + 1) * sizeof *c);
-    if (!c)
+    if (MT__GROW(r->columns, r->columns_cap, r->ncolumns + 1))
         return mt__error(MT_ENOMEM, "out of memory building a result");
-    r->columns = c;
-    if (!(c[r->ncolumns] = mt__strdup(key)))
+    if (!(r->columns[r->ncolumns] = mt__strdup(key)))
         return MT_ENOMEM;
     r->ncolumns++;
     return MT_OK;

@@ -33,7 +33,8 @@ typedef struct {
 } mt__metric;
 struct mt_metrics {
     mt__metric *e;
-    int n, cap;
+    int n;
+    size_t cap;
 };
 const mt__metric *mt__metrics_find(const mt_metrics *m, const char *key);
 /* Set a metric of `type`; user=false lets the library set the reserved automatic keys
@@ -67,28 +68,35 @@ typedef struct {
     double time_total;       /* of earlier attempts */
     mt__kept *kept;
     int nkept, latest;       /* latest: index into kept, or -1 */
-    char **csv_keys;
+    char **csv_keys;         /* progress.csv's header */
     int ncsv;
+    size_t csv_cap;
     FILE *result, *csv;
     pthread_t reaper;        /* removing checkpoints retention dropped */
     bool reaping;
 } mt__rundir;
-int mt__mkdirs(const char *path);
-int mt__fsync_dir(const char *path);
-int mt__rmtree(const char *path);
-int mt__write_atomic(const char *dir, const char *name, const char *text);
-void mt__run_free(mt__rundir *r);
-/* json_dumps, checked by parsing the text back: out of memory, jansson's dump can leave an
- * object key out and still return text. NULL when the text is not the document. */
+/* jansson helpers (json.c). mt__json_dumps: json_dumps, checked by parsing the text back:
+ * out of memory, jansson's dump can leave an object key out and still return text. NULL
+ * when the text is not the document. */
 char *mt__json_dumps(const json_t *j, size_t flags);
 /* Call mt__json_watch before a json_load*; after it failed, mt__json_oom says whether it
  * ran out of memory (rather than met bad JSON). */
 void mt__json_watch(void);
 bool mt__json_oom(const json_error_t *e);
+/* One line of a JSON-lines file (result.json); NULL for a line that is not JSON (skipped by
+ * the readers), and *oom set when parsing it ran out of memory (never skipped: a row
+ * would go missing). */
+json_t *mt__json_parse_line(const char *line, bool *oom);
+
+/* run.json (runstate.c); mt__run_free also waits for the reaper and closes the logs. */
+void mt__run_free(mt__rundir *r);
 json_t *mt__run_to_json(const mt__rundir *r);
 int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where);
 int mt__run_load(mt__rundir *r, const char *dir);
 int mt__run_save(const mt__rundir *r);
+
+/* result.json (rows.c): open (and learn progress.csv's header), close, append a row (then
+ * its progress.csv row). */
 int mt__run_open_logs(mt__rundir *r);
 void mt__run_close_logs(mt__rundir *r);
 int mt__run_append(mt__rundir *r, json_t *row);
@@ -98,21 +106,34 @@ int mt__run_append(mt__rundir *r, json_t *row);
 json_t *mt__run_read_rows(const char *dir, int *rc);
 int mt__run_supersede(mt__rundir *r, int64_t iteration);
 /* On resume, before anything reads or appends to them: cut a torn last line (no newline)
- * of result.json, progress.csv and result.superseded.json; *last_iteration is the highest training_iteration of
- * result.json's rows (0 when it has none, -1 when there is no result.json). r->time_total
- * becomes at least the highest time_total_s of those rows (a crashed attempt's time). */
+ * of result.json, progress.csv and result.superseded.json; *last_iteration is the highest
+ * training_iteration of result.json's rows (0 when it has none, -1 when there is no
+ * result.json). r->time_total becomes at least the highest time_total_s of those rows (a
+ * crashed attempt's time). */
 int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration);
-void mt__run_remove_leftovers(const mt__rundir *r);
-/* Rank 0, before anything else in dir is read or written: an exclusive flock on
- * dir/run.lock, held until mt__run_unlock (or the process's death). MT_EINVAL naming the
- * holder when another job has it; *fd is -1 when the file system has no locks (warned). */
+
+/* progress.csv (progress.c): learn the header from result.json's rows (on resume), write
+ * the whole file again from result.json under it, append one row (rewriting when the row
+ * brings a new key), close it. */
+int mt__csv_learn(mt__rundir *r);
+int mt__csv_rewrite(mt__rundir *r);
+int mt__csv_append(mt__rundir *r, json_t *row);
+void mt__csv_close(mt__rundir *r);
+
+/* The owner (rundir.c). Rank 0, before anything else in dir is read or written: an
+ * exclusive flock on dir/run.lock, held until mt__run_unlock (or the process's death).
+ * MT_EINVAL naming the holder when another job has it; *fd is -1 when the file system has
+ * no locks (warned). */
 int mt__run_lock(const char *dir, int *fd);
 void mt__run_unlock(int *fd);
 /* Remove everything in dir except run.lock. */
 int mt__run_clear(const char *dir);
-/* Retention's drops: each checkpoint folder is renamed to .NAME.drop at once (run.json no
- * longer lists it), then removed by a thread while training goes on; the next drop, and
- * mt__run_free, wait for it. A crash leaves .drop folders that the next start removes. */
+void mt__run_remove_leftovers(const mt__rundir *r);
+
+/* The reaper (reaper.c), retention's drops: each checkpoint folder is renamed to
+ * .NAME.drop at once (run.json no longer lists it), then removed by a thread while
+ * training goes on; the next drop, and mt__run_free, wait for it. A crash leaves .drop
+ * folders that the next start removes. */
 int mt__run_drop(mt__rundir *r, const char *const *names, int n);
 void mt__run_reap_wait(mt__rundir *r);
 
@@ -191,6 +212,7 @@ struct mt_context {
     const mt__dataset_spec *specs; /* borrowed from the trainer */
     int nspecs;
     mt_shard **shards;            /* opened by mt_get_dataset_shard, closed with the context */
+    size_t shards_cap;
     char *ck_buf;                 /* rank 0's checkpoint staging buffer, kept across commits:
                                      fresh pages cost a fault each, on some machines more
                                      than the copy itself */
@@ -216,6 +238,7 @@ struct mt_context {
     mt_metrics *last_metrics;      /* rank 0's last report, with automatic keys (rank 0) */
     mt_fusion **fusions;           /* made on this context: orphaned when it ends */
     int nfusions;
+    size_t fusions_cap;
 };
 
 /* The job's world: MPI_COMM_WORLD, or parent and children merged in spawn mode. */

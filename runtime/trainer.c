@@ -27,6 +27,7 @@ struct mt_trainer {
     char **split;
     mt__dataset_spec *specs;
     int nspecs;
+    size_t specs_cap;
     bool fitting;          /* inside mt_trainer_fit: the trainer must not change or go */
 };
 
@@ -142,10 +143,8 @@ int mt_trainer_add_dataset(mt_trainer *t, const char *name, const char *h5_file,
             return mt__error(MT_EINVAL, "mt_trainer_add_dataset: dataset '%s' is already "
                                         "registered (%s:%s)", name, t->specs[i].file,
                              t->specs[i].group);
-    mt__dataset_spec *grown = realloc(t->specs, (size_t)(t->nspecs + 1) * sizeof *grown);
-    if (!grown)
+    if (MT__GROW(t->specs, t->specs_cap, (size_t)t->nspecs + 1))
         return mt__error(MT_ENOMEM, "out of memory registering dataset %s", name);
-    t->specs = grown;
     mt__dataset_spec *d = &t->specs[t->nspecs];
     d->name = mt__strdup(name);
     d->file = mt__strdup(h5_file);
@@ -274,7 +273,26 @@ static int resume_point(mt__rundir *run, const mt_run_config *cfg, json_t **out)
     return rc;
 }
 
-/* Rank 0: create or resume <storage_path>/<name>. */
+/* Rank 0: the run directory's state for an attempt, the first or the next after a
+ * failure: counted, started from the latest good checkpoint (resume_point), saved, and
+ * its logs opened again (result.json may have been rewritten). */
+static int begin_attempt(const mt_trainer *t, mt__rundir *run, json_t **info)
+{
+    snprintf(run->status, sizeof run->status, "running");
+    run->attempts++;
+    if (mt__test_fail("attempt-prepare", 0))
+        return mt__error(MT_EIO, "%s: cannot ready attempt %d (test failure)", run->dir,
+                         run->attempts - 1);
+    int rc = resume_point(run, &t->cfg.run, info);
+    if (!rc)
+        rc = mt__run_save(run);
+    mt__run_close_logs(run);
+    if (!rc)
+        rc = mt__run_open_logs(run);
+    return rc;
+}
+
+/* Rank 0: create or resume <storage_path>/<name>, and begin its first attempt. */
 static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, json_t **info)
 {
     int rc = mt__mkdirs(ctx->run_dir);
@@ -302,8 +320,6 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
     } else if (!strcmp(run->status, "running")) /* the last attempt died without a word */
         run->failures++;
     mt__run_remove_leftovers(run); /* this job owns the folder now (run.lock) */
-    snprintf(run->status, sizeof run->status, "running");
-    run->attempts++;
     json_t *params = mt__params_json(&t->cfg, ctx->world_size);
     if (json_object_set_new(json_object_get(params, "run"), "name", json_string(ctx->name))) {
         json_decref(params); /* no params.json without its name: MT_ENOMEM below */
@@ -314,20 +330,15 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
     rc = text ? mt__write_atomic(ctx->run_dir, "params.json", text) : MT_ENOMEM;
     free(text);
     if (!rc)
-        rc = resume_point(run, &t->cfg.run, info);
-    if (!rc)
-        rc = mt__run_save(run);
-    if (!rc)
-        rc = mt__run_open_logs(run);
+        rc = begin_attempt(t, run, info);
     if (!rc && exists && t->cfg.run.verbose >= 1)
         printf("mpitrain: resuming %s (attempt %d) from %s\n", ctx->run_dir, run->attempts - 1,
                run->latest >= 0 ? run->kept[run->latest].name : "the start (no checkpoint)");
     return rc;
 }
 
-/* Rank 0: 1 when run.json in dir says the run finished, 0 when not (a missing or
- * unreadable file is prepare_run's to report), MT_ENOMEM when it could not be read for
- * want of memory (a finished run must not pass as unfinished for that). */
+/* Rank 0: run.json in dir says the run finished (1) or not (0: read errors are
+ * prepare_run's); MT_ENOMEM (recorded) when reading it ran out of memory. */
 static int finished(const char *dir)
 {
     char path[4096];
@@ -337,8 +348,8 @@ static int finished(const char *dir)
     json_t *run = json_load_file(path, 0, &err);
     const char *status = json_string_value(json_object_get(run, "status"));
     int done = status && !strcmp(status, "finished");
-    if (mt__json_oom(run ? NULL : &err))
-        done = mt__error(MT_ENOMEM, "%s: out of memory reading it", path);
+    if (mt__json_oom(run ? NULL : &err)) /* even a parse that succeeded may lack a key */
+        done = mt__error(MT_ENOMEM, "out of memory reading %s", path);
     json_decref(run);
     return done;
 }
@@ -358,16 +369,16 @@ static int lock_run(mt_context *ctx, int *lock_fd)
         (r.code = mt__run_lock(ctx->run_dir, lock_fd)) != MT_OK)
         snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
     else if (ctx->world_rank == 0 && !ctx->cfg->run.overwrite &&
-             (done = finished(ctx->run_dir)) < 0) {
-        r.code = done;
-        snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
-        mt__run_unlock(lock_fd);
-    } else if (done) {
-        /* not a failure of rank 0: every rank says what to do instead */
-        r.code = MT_EINVAL;
-        snprintf(r.msg, sizeof r.msg, "%s: run '%s' finished already; to start a new run give "
-                 "another --name (run.name), or to replace this one --overwrite "
-                 "(run.overwrite)", ctx->run_dir, ctx->name);
+             (done = finished(ctx->run_dir)) != 0) {
+        if (done < 0) { /* out of memory: rank 0's error, on every rank */
+            r.code = done;
+            snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
+        } else { /* not a failure of rank 0: every rank says what to do instead */
+            r.code = MT_EINVAL;
+            snprintf(r.msg, sizeof r.msg, "%s: run '%s' finished already; to start a new run "
+                     "give another --name (run.name), or to replace this one --overwrite "
+                     "(run.overwrite)", ctx->run_dir, ctx->name);
+        }
         mt__run_unlock(lock_fd);
     }
     mt__error_clear();
@@ -579,18 +590,56 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     return rc;
 }
 
-static int fit(mt_trainer *t, mt_result **out)
+/* One fit's state on this rank, from set-up to finish. */
+typedef struct {
+    mt_context *ctx;
+    mt__rundir run;     /* rank 0: the run directory */
+    int lock_fd;        /* rank 0: run.lock, held until fit returns */
+    mt__watchdog *dog;
+    mt__winner who;     /* the failing rank of the last failed agreement */
+    bool started;       /* set-up succeeded: the attempts ran */
+} fit_state;
+
+/* Collective: rank 0 readies the run directory for an attempt (the first: prepare_run;
+ * the next after a failure: begin_attempt, the same steps but the folder's creation),
+ * then every rank learns where the attempt starts. When rank 0's preparation fails,
+ * f->who names it and every rank returns its code; otherwise f->who stays as it was. */
+static int start_attempt(const mt_trainer *t, fit_state *f, bool first)
 {
-    int rc;
-    mt__winner who = {.rank = -1};
-    mt_context *ctx = NULL;
-    rc = mt__spawn(t->cfg.scaling.num_workers, t->cfg.run.failure.stall_timeout_s);
+    mt_context *ctx = f->ctx;
+    json_t *info = NULL;
+    int local = MT_OK;
+    if (ctx->world_rank == 0)
+        local = first ? prepare_run(t, ctx, &f->run, &info) : begin_attempt(t, &f->run, &info);
+    mt__winner who;
+    mt__call prep;
+    mt__call_init(&prep, MT__CALL_INTERNAL, 1, 0, 0);
+    int rc = mt__agree(ctx->comm, &prep, local, &who);
+    if (rc && who.rank >= 0) {
+        f->who = who;
+        rc = who.code; /* the same code on every rank: the failing rank's */
+    }
+    if (!rc)
+        rc = share_json(ctx, &info);
+    if (!rc)
+        rc = agreed(ctx, apply_resume(ctx, info));
+    json_decref(info);
+    return rc;
+}
+
+/* Set-up, every rank: the workers and their context, the config and the run's name agreed,
+ * the run directory locked and prepared, the watchdog, the timeline and the signal
+ * handlers started. f->ctx is NULL when there is no context to agree on (return at once). */
+static int fit_setup(const mt_trainer *t, fit_state *f)
+{
+    int rc = mt__spawn(t->cfg.scaling.num_workers, t->cfg.run.failure.stall_timeout_s);
     if (rc)
         return rc; /* the spawn failed: this process is alone */
     mt__test_die("die-fit-begin", mt_job_rank());
-    rc = mt__context_create(&ctx, mt__world());
+    rc = mt__context_create(&f->ctx, mt__world());
     if (rc)
         return rc; /* an MPI failure in MPI_Comm_dup: nothing to agree on */
+    mt_context *ctx = f->ctx;
     ctx->verbose = t->cfg.run.verbose;
     ctx->data = t->cfg.data;
     ctx->specs = t->specs;
@@ -598,61 +647,106 @@ static int fit(mt_trainer *t, mt_result **out)
     ctx->cfg = &t->cfg;
     mt__call begin;
     mt__call_init(&begin, MT__CALL_FIT_BEGIN, 0, 0, 0);
-    rc = mt__agree(ctx->comm, &begin, check_setup(t, ctx), &who);
+    rc = mt__agree(ctx->comm, &begin, check_setup(t, ctx), &f->who);
     if (!rc)
         rc = agreed(ctx, agree_name(t, ctx)); /* its allocations may fail on one rank */
-    /* the run directory: rank 0 prepares it, every rank learns where to start */
-    mt__rundir run = {.latest = -1};
-    json_t *info = NULL;
-    int lock_fd = -1; /* rank 0: run.lock, held until fit returns */
     if (!rc)
-        rc = lock_run(ctx, &lock_fd);
+        rc = lock_run(ctx, &f->lock_fd);
     if (!rc) {
-        ctx->run = ctx->world_rank == 0 ? &run : NULL;
-        mt__call prep;
-        mt__call_init(&prep, MT__CALL_INTERNAL, 1, 0, 0);
-        rc = mt__agree(ctx->comm, &prep, ctx->world_rank == 0 ? prepare_run(t, ctx, &run, &info)
-                                                               : MT_OK, &who);
+        ctx->run = ctx->world_rank == 0 ? &f->run : NULL;
+        rc = start_attempt(t, f, true);
     }
-    if (!rc)
-        rc = share_json(ctx, &info);
-    if (!rc)
-        rc = agreed(ctx, apply_resume(ctx, info));
-    json_decref(info);
-    info = NULL;
-    mt__watchdog *dog = NULL;
     if (!rc) {
-        const mt_failure_config *f = &t->cfg.run.failure;
-        rc = mt__watchdog_start(&dog, ctx->comm, f->stall_warn_s, f->stall_timeout_s);
-        if (!rc && !dog && ctx->world_rank == 0 && t->cfg.run.verbose >= 1)
+        const mt_failure_config *fc = &t->cfg.run.failure;
+        rc = mt__watchdog_start(&f->dog, ctx->comm, fc->stall_warn_s, fc->stall_timeout_s);
+        if (!rc && !f->dog && ctx->world_rank == 0 && t->cfg.run.verbose >= 1)
             fprintf(stderr, "mpitrain: MPI was initialised without MPI_THREAD_MULTIPLE; "
                             "stalls will not be detected (call mt_init before MPI_Init, or "
                             "MPI_Init_thread with MPI_THREAD_MULTIPLE)\n");
     }
-    int failures = 0;
-    const char *final = "failed";
-    bool started = !rc;
-    if (started)
+    f->started = !rc;
+    if (f->started) {
         mt__trace_start(t->cfg.run.trace, ctx->run_dir, ctx->world_rank);
-    if (!rc)
         mt__signals_install();
-    while (started) {
-        ctx->start = ctx->last_report = mt__now();
-        ctx->stop = ctx->stopped_after_ckpt = false;
-        mt__context_set_current(ctx);
-        mt__export_env(ctx); /* RANK, OMP_NUM_THREADS, ... for code that reads them */
-        mt__error_clear();
-        int fn_rc = t->fn(ctx, t->arg);
-        mt__context_set_current(NULL);
-        if (fn_rc > 0)
-            fn_rc = mt__error(MT_EINVAL, "the training function returned %d (expected 0 or a "
-                                         "negative MT_E* code)", fn_rc);
-        else if (fn_rc < 0 && !mt_last_error()[0])
-            mt__error(fn_rc, "the training function returned %s (%s)", mt_err_name(fn_rc),
-                      mt_strerror(fn_rc));
-        rc = mt__agree_exit(ctx->comm, MT__CALL_FIT_END, fn_rc, &who);
-        if (rc && who.rank >= 0)
-            rc = who.code; /* the same code on every rank: the winning rank's */
+    }
+    return rc;
+}
+
+/* One attempt, every rank: the training function, its end agreed; the same code on every
+ * rank (the failing rank's, named in f->who). */
+static int run_attempt(const mt_trainer *t, fit_state *f)
+{
+    mt_context *ctx = f->ctx;
+    ctx->start = ctx->last_report = mt__now();
+    ctx->stop = ctx->stopped_after_ckpt = false;
+    mt__context_set_current(ctx);
+    mt__export_env(ctx); /* RANK, OMP_NUM_THREADS, ... for code that reads them */
+    mt__error_clear();
+    int fn_rc = t->fn(ctx, t->arg);
+    mt__context_set_current(NULL);
+    if (fn_rc > 0)
+        fn_rc = mt__error(MT_EINVAL, "the training function returned %d (expected 0 or a "
+                                     "negative MT_E* code)", fn_rc);
+    else if (fn_rc < 0 && !mt_last_error()[0])
+        mt__error(fn_rc, "the training function returned %s (%s)", mt_err_name(fn_rc),
+                  mt_strerror(fn_rc));
+    int rc = mt__agree_exit(ctx->comm, MT__CALL_FIT_END, fn_rc, &f->who);
+    if (rc && f->who.rank >= 0)
+        rc = f->who.code; /* the same code on every rank: the winning rank's */
+    return rc;
+}
+
+/* Finish, every rank: stop what set-up started, record the run's end (rank 0), build the
+ * result, and free the fit's state; returns the fit's code. */
+static int fit_finish(const mt_trainer *t, fit_state *f, int rc, const char *final,
+                      mt_result **out)
+{
+    mt_context *ctx = f->ctx;
+    mt__signals_restore();
+    mt__watchdog_stop(&f->dog);
+    mt__test_die("die-fit-end", ctx->world_rank);
+    mt__trace_stop();
+    char error[MT__MSG_LEN + 64] = "";
+    if (rc && rc != MT_ESTOP) {
+        if (f->who.rank >= 0)
+            snprintf(error, sizeof error, "rank %d failed: %s", f->who.rank, f->who.msg);
+        else
+            snprintf(error, sizeof error, "%s", f->who.msg[0] ? f->who.msg : mt_last_error());
+    }
+    if (f->started && ctx->world_rank == 0) {
+        finish_run(ctx, final, error[0] ? error : NULL);
+        if (t->cfg.run.verbose >= 1)
+            printf("mpitrain: %s %s after %lld iterations (%d attempt%s)\n", ctx->run_dir, final,
+                   (long long)ctx->iteration, f->run.attempts, f->run.attempts == 1 ? "" : "s");
+    }
+    if (out) {
+        /* after a set-up failure: a result with the error and nothing else */
+        int e = f->started ? build_result(ctx, t, error[0] ? error : NULL, out)
+                           : mt__result_build(ctx->run_dir ? ctx->run_dir : "", NULL, NULL,
+                                              NULL, NULL, NULL, error, false, out);
+        if (e && !rc)
+            rc = e;
+    }
+    if (rc && !f->started && f->who.rank >= 0)
+        rc = f->who.code; /* the same code on every rank: the winning rank's */
+    mt__run_free(&f->run);
+    mt__run_unlock(&f->lock_fd);
+    mt_metrics_free(&ctx->last_metrics);
+    mt_checkpoint_free(&ctx->restored);
+    mt__context_destroy(&f->ctx);
+    return rc;
+}
+
+static int fit(mt_trainer *t, mt_result **out)
+{
+    fit_state f = {.run = {.latest = -1}, .lock_fd = -1, .who = {.rank = -1}};
+    int rc = fit_setup(t, &f);
+    if (!f.ctx)
+        return rc;
+    mt_context *ctx = f.ctx;
+    const char *final = "failed";
+    for (int failures = 0; f.started;) {
+        rc = run_attempt(t, &f);
         if (!rc && !ctx->stopped_after_ckpt) {
             final = "finished";
             break;
@@ -668,14 +762,14 @@ static int fit(mt_trainer *t, mt_result **out)
         mt__call once;
         mt__call_init(&once, MT__CALL_INTERNAL, 4, 0, 0);
         int e = mt__agree_max(ctx->comm, &once, MT_OK, NULL, &repeat, 1);
+        if (ctx->world_rank == 0)
+            f.run.failures++; /* run.json counts every failed attempt, the last too */
         if (e || repeat || !may_retry(t, failures)) {
             if (e && !rc)
                 rc = e;
             if (repeat && ctx->world_rank == 0 && t->cfg.run.verbose >= 1 && may_retry(t, failures))
                 fprintf(stderr, "mpitrain: attempt %d failed on bad input that a retry would "
                                 "repeat: not retried\n", ctx->attempt);
-            if (ctx->world_rank == 0)
-                run.failures++; /* run.json counts every failed attempt, the last too */
             break;
         }
         failures++;
@@ -683,61 +777,16 @@ static int fit(mt_trainer *t, mt_result **out)
             if (t->cfg.run.verbose >= 1)
                 fprintf(stderr, "mpitrain: attempt %d failed: rank %d: %s; retrying from the "
                         "latest checkpoint (failure %d of %d allowed)\n", ctx->attempt,
-                        who.rank, who.msg, failures, t->cfg.run.failure.max_failures);
-            run.failures++;
-            run.attempts++;
-            run.time_total = ctx->time_before + mt__now() - ctx->start;
-            if (resume_point(&run, &t->cfg.run, &info) != MT_OK)
-                fprintf(stderr, "mpitrain: %s\n", mt_last_error()); /* no info: agreed below */
-            if (mt__run_save(&run) != MT_OK)
-                fprintf(stderr, "mpitrain: %s\n", mt_last_error());
-            mt__run_close_logs(&run); /* result.json was rewritten: open the new one */
-            if (mt__run_open_logs(&run) != MT_OK)
-                fprintf(stderr, "mpitrain: %s\n", mt_last_error());
+                        f.who.rank, f.who.msg, failures, t->cfg.run.failure.max_failures);
+            f.run.time_total = ctx->time_before + mt__now() - ctx->start;
         }
-        e = share_json(ctx, &info);
-        if (!e)
-            e = agreed(ctx, apply_resume(ctx, info));
-        json_decref(info);
-        info = NULL;
+        e = start_attempt(t, &f, false);
         if (e) {
             rc = e;
             break;
         }
     }
-    mt__signals_restore();
-    mt__watchdog_stop(&dog);
-    mt__test_die("die-fit-end", ctx->world_rank);
-    mt__trace_stop();
-    char error[MT__MSG_LEN + 64] = "";
-    if (rc && rc != MT_ESTOP) {
-        if (who.rank >= 0)
-            snprintf(error, sizeof error, "rank %d failed: %s", who.rank, who.msg);
-        else
-            snprintf(error, sizeof error, "%s", who.msg[0] ? who.msg : mt_last_error());
-    }
-    if (started && ctx->world_rank == 0) {
-        finish_run(ctx, final, error[0] ? error : NULL);
-        if (t->cfg.run.verbose >= 1)
-            printf("mpitrain: %s %s after %lld iterations (%d attempt%s)\n", ctx->run_dir, final,
-                   (long long)ctx->iteration, run.attempts, run.attempts == 1 ? "" : "s");
-    }
-    if (out) {
-        /* after a set-up failure: a result with the error and nothing else */
-        int e = started ? build_result(ctx, t, error[0] ? error : NULL, out)
-                        : mt__result_build(ctx->run_dir ? ctx->run_dir : "", NULL, NULL, NULL,
-                                           NULL, NULL, error, false, out);
-        if (e && !rc)
-            rc = e;
-    }
-    if (rc && !started && who.rank >= 0)
-        rc = who.code; /* the same code on every rank: the winning rank's */
-    mt__run_free(&run);
-    mt__run_unlock(&lock_fd);
-    mt_metrics_free(&ctx->last_metrics);
-    mt_checkpoint_free(&ctx->restored);
-    mt__context_destroy(&ctx);
-    return rc;
+    return fit_finish(t, &f, rc, final, out);
 }
 
 void mt__trainer_own_arg(mt_trainer *t, void (*free_arg)(void *))

@@ -1,11 +1,13 @@
 /*
- * jsonl_check FILE [SUITE...]: every line of FILE is a JSON object (a run's result.json:
- * no SUITE given), and each SUITE named appears in some line's "suite" field. With SUITEs
- * (the benchmark's --json output), each line also carries date (UTC, ISO 8601), host, version, ranks and mode (quick or full); a figure
- * with a budget has "budget" (its rule: clauses "KEY <= X" or "KEY >= X", X a number or
- * another key, joined by ", or ") and a boolean "budget_met" that agrees with the line's
- * figures; and at 2 ranks every figure DESIGN.md gives a budget for has one (shard, report,
- * the 256 MiB checkpoint, train, allreduce from 64 KiB, fusion at 1 KiB tensors). Timings are never judged, only the fields and their agreement.
+ * jsonl_check FILE [SUITE...]: every line of FILE is a JSON object, and each SUITE named
+ * appears in some line's "suite" field. With SUITEs named (the benchmark's --json output;
+ * a run's result.json is checked with none), each line also carries date (UTC, ISO 8601),
+ * host, version, ranks and mode (quick or full); a figure with a budget has "budget" (its
+ * rule: clauses "KEY <= X" or "KEY >= X", X a number or another key, joined by ", or ")
+ * and a boolean "budget_met" that agrees with the line's figures; and at 2 ranks every
+ * figure DESIGN.md gives a budget for has one (shard, report, the 256 MiB checkpoint,
+ * train, allreduce from 64 KiB, fusion at 1 KiB tensors). Timings are never judged, only
+ * the fields and their agreement.
  */
 #include <jansson.h>
 #include <math.h>
@@ -126,7 +128,7 @@ int main(int argc, char **argv)
             bad++;
         }
         const char *suite = json_string_value(json_object_get(j, "suite"));
-        if (json_is_object(j) && argc > 2) /* the benchmark's lines */
+        if (json_is_object(j) && argc > 2) /* the benchmark's lines: their fields too */
             bad += check_fields(argv[1], n, suite, j);
         for (int i = 2; suite && i < argc; i++)
             seen[i] |= !strcmp(suite, argv[i]);

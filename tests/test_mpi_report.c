@@ -409,6 +409,37 @@ static void test_retries(void)
     }
 }
 
+/* A retry whose preparation fails on rank 0 (fault site attempt-prepare, armed by the
+ * first attempt): every rank leaves fit with rank 0's error, agreed, and the retry's
+ * training function never runs; run.json records the failed run. */
+static int fail_and_arm(mt_context *c, void *arg)
+{
+    (*(int *)arg)++;
+    setenv("MT_TEST_FAIL_AT", "attempt-prepare:0", 1);
+    return mt__error(MT_EIO, "the first attempt fails");
+}
+
+static void test_retry_preparation_fails(void)
+{
+    mt_trainer_config cfg = config("retry-prepare");
+    cfg.run.failure.max_failures = 1;
+    int calls = 0;
+    mt_result *res = NULL;
+    int rc = fit(cfg, fail_and_arm, &calls, &res);
+    unsetenv("MT_TEST_FAIL_AT");
+    MT_ASSERT_INT_EQ(rc, MT_EIO);
+    MT_ASSERT_INT_EQ(calls, 1);
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), "rank 0 failed: ");
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), "cannot ready attempt 1 (test failure)");
+    mt_result_free(&res);
+    if (R() == 0) {
+        json_t *run = json_load_file(run_file("retry-prepare", "run.json"), 0, NULL);
+        MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "status")), "failed");
+        MT_ASSERT_INT_EQ(json_integer_value(json_object_get(run, "failures")), 1);
+        json_decref(run);
+    }
+}
+
 /* ------------------------------------------------------------ corrupt checkpoints */
 
 static void test_corrupt_latest_is_skipped(void)
@@ -885,6 +916,7 @@ static const mt_test tests[] = {
     {"checkpoint_contents_and_retention", test_checkpoint_contents_and_retention},
     {"resume_after_failure", test_resume_after_failure},
     {"retries", test_retries},
+    {"retry_preparation_fails", test_retry_preparation_fails},
     {"corrupt_latest_is_skipped", test_corrupt_latest_is_skipped},
     {"bad_inputs", test_bad_inputs},
     {"frequency_and_preemption", test_frequency_and_preemption},

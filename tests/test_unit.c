@@ -1,6 +1,6 @@
 /*
  * test_unit.c -- single-process tests: the error table, per-thread messages, config
- * defaults, validation and the command line.
+ * defaults, validation and the command line, the growable array.
  */
 #include "harness.h"
 
@@ -710,6 +710,41 @@ static void test_sizes_that_overflow(void)
     free(longpath);
 }
 
+/* mt__grow (MT__GROW): capacity doubles (from 8) and the contents stay; a size that
+ * overflows is MT_ENOMEM with the array and its capacity unchanged. */
+static void test_growable_array(void)
+{
+    int *a = NULL;
+    size_t cap = 0, reallocs = 0;
+    for (int i = 0; i < 1000; i++) {
+        size_t before = cap;
+        MT_ASSERT_INT_EQ(MT__GROW(a, cap, (size_t)i + 1), MT_OK);
+        reallocs += cap != before;
+        a[i] = i;
+    }
+    CU_ASSERT_EQUAL(cap, 1024);
+    CU_ASSERT_EQUAL(reallocs, 8); /* 8, 16, ..., 1024 */
+    bool same = true;
+    for (int i = 0; i < 1000; i++)
+        same = same && a[i] == i;
+    CU_ASSERT(same);
+    MT_ASSERT_INT_EQ(MT__GROW(a, cap, 1000), MT_OK); /* room already */
+    CU_ASSERT_EQUAL(cap, 1024);
+    int *kept = a;
+    MT_ASSERT_INT_EQ(mt__grow(&a, &cap, SIZE_MAX / 2, 16), MT_ENOMEM); /* bytes overflow */
+    CU_ASSERT_PTR_EQUAL(a, kept);
+    CU_ASSERT_EQUAL(cap, 1024);
+    CU_ASSERT_EQUAL(a[999], 999);
+    free(a);
+    char *z = NULL; /* zero-size elements: still a valid pointer */
+    size_t zcap = 0;
+    MT_ASSERT_INT_EQ(mt__grow(&z, &zcap, 100, 0), MT_OK);
+    CU_ASSERT_PTR_NOT_NULL(z);
+    MT_ASSERT_INT_EQ(mt__grow(&z, &zcap, 1000, 0), MT_OK);
+    CU_ASSERT_PTR_NOT_NULL(z);
+    free(z);
+}
+
 /* After mt_finalize MPI cannot be used again: fit, mt_init and the job queries answer
  * without calling into MPI (fit aborted inside MPI). Runs last: MPI is gone after it. */
 static int count_calls(mt_context *c, void *arg)
@@ -759,6 +794,7 @@ static const mt_test tests[] = {
     {"env_knobs_strict", test_env_knobs_strict},
     {"names_from_users", test_names_from_users},
     {"sizes_that_overflow", test_sizes_that_overflow},
+    {"growable_array", test_growable_array},
     {"calls_after_finalize", test_calls_after_finalize}, /* last: MPI is gone after it */
     {NULL, NULL},
 };
