@@ -189,7 +189,8 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
         if (rc)
             break;
         b->metrics = mt_metrics_new();
-        if (!b->ck || !mt_checkpoint_path(b->ck) || !b->metrics || mt__metrics_copy(b->metrics, k->metrics)) {
+        if (!b->ck || !mt_checkpoint_path(b->ck) || !b->metrics ||
+            mt__metrics_copy(b->metrics, k->metrics)) {
             rc = mt__error(MT_ENOMEM, "out of memory building a result");
             mt_checkpoint_free(&b->ck);
             mt_metrics_free(&b->metrics);
