@@ -761,12 +761,10 @@ static void test_convert_matches_hdf5(void)
  * its checksum header; selecting an array that is not there is MT_EFORMAT. */
 static void test_checkpoint_writer_reader(void)
 {
+    const int64_t s[8] = {100, 101, 102, 103, 104, 105, 106, 107}; /* 4 rows of 2 */
     char path[400], failed[400];
     snprintf(path, sizeof path, "%s/writer.h5", dir);
     snprintf(failed, sizeof failed, "%s/writer_failed.h5", dir);
-    int64_t s[8];
-    for (int i = 0; i < 8; i++)
-        s[i] = 100 + i;
     uint32_t crc = (uint32_t)crc32(crc32(0, NULL, 0), (const Bytef *)s, sizeof s);
     int64_t off[3] = {0, 1, 4};
     mt__ckpt_writer *w = NULL;
