@@ -38,8 +38,8 @@ static void pick(const char *scratch)
 
 static void read_all(const mt_checkpoint *ck)
 {
-    for (int i = 0; i < ck->index.n; i++) {
-        const char *name = ck->index.arrays[i].name;
+    for (size_t i = 0; i < mt_checkpoint_num_arrays(ck); i++) {
+        const char *name = mt_checkpoint_array_name(ck, i);
         int nd;
         size_t dims[8], n = 1;
         if (mt_checkpoint_dims(ck, name, &nd, dims))
@@ -56,8 +56,8 @@ static void read_all(const mt_checkpoint *ck)
             abort();
         free(out);
     }
-    for (int i = 0; i < ck->index.nmeta; i++)
-        (void)mt_checkpoint_get_meta(ck, ck->index.meta_keys[i]);
+    for (size_t i = 0; i < mt_checkpoint_num_meta(ck); i++)
+        (void)mt_checkpoint_get_meta(ck, mt_checkpoint_meta_key(ck, i));
 }
 
 static void fuzz_one(const uint8_t *data, size_t len)
@@ -67,7 +67,7 @@ static void fuzz_one(const uint8_t *data, size_t len)
     mt_checkpoint *ck = NULL;
     if (mt__checkpoint_open_stored(dir, &ck) == MT_OK) {
         read_all(ck);
-        char *text = mt__checkpoint_describe(dir, &ck->index);
+        char *text = mt__checkpoint_describe(ck);
         mt_checkpoint *copy = NULL;
         if (text && mt__checkpoint_from_description(text, &copy) == MT_OK)
             mt_checkpoint_free(&copy);

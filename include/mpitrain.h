@@ -426,7 +426,13 @@ MT_EXTERN void mt_set_total_iterations(mt_context *c, int64_t n);
 
 typedef enum { MT_REPLICATED = 0, MT_SHARDED } mt_layout;
 
+/* A checkpoint is one of two kinds: one being built (mt_checkpoint_new: put, set_meta and
+ * add_file, then mt_report commits it) or one stored on disk and read back
+ * (mt_checkpoint_open, mt_get_checkpoint, a result's: read-only). */
+/* Local. A new checkpoint being built (NULL when out of memory). */
 MT_EXTERN mt_checkpoint *mt_checkpoint_new(void);
+/* Local. Frees either kind and sets *ck to NULL (the one mt_get_checkpoint gives is the
+ * context's: not freed by the caller). */
 MT_EXTERN void mt_checkpoint_free(mt_checkpoint **ck);
 /* Local. Borrows data until the report that carries the checkpoint returns (no copy).
  * MT_REPLICATED: rank 0's copy is stored. MT_SHARDED: each rank gives its rows (dims[0]
@@ -451,9 +457,14 @@ MT_EXTERN const mt_checkpoint *mt_get_checkpoint(mt_context *c);
 /* Local. A stored array's shape; for a sharded one inside fit, this rank's part. */
 MT_EXTERN int mt_checkpoint_dims(const mt_checkpoint *ck, const char *name, int *ndim,
                                  size_t dims[8]);
-/* Collective inside fit (rank 0 reads; replicated arrays are broadcast, sharded ones give
- * each rank its part, re-split when the world size changed); local outside fit (the
- * whole array). count is the number of elements out holds. */
+/* Collective or Local by the checkpoint given:
+ * - Collective over the fit's ranks for the checkpoint mt_get_checkpoint gives (the one
+ *   the fit resumes from, passed to the trainable's load): every rank calls it for the
+ *   same arrays in the same order; rank 0 reads, replicated arrays are broadcast, sharded
+ *   ones give each rank its part, re-split when the world size changed.
+ * - Local for every other stored checkpoint (mt_checkpoint_open, mt_result_checkpoint,
+ *   mt_result_best, mt_result_best_checkpoint, inside fit or not): the whole array.
+ * count is the number of elements out holds. */
 MT_EXTERN int mt_checkpoint_get(const mt_checkpoint *ck, const char *name, mt_dtype t,
                                 void *out, size_t count);
 /* Local. A string key's value; NULL when the key is absent, holds a number (mt_last_error

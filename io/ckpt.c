@@ -1057,3 +1057,143 @@ void mt__ckpt_close_array(hid_t ds)
     H5Dclose(ds);
     mt__h5_unlock();
 }
+
+/* ------------------------------------------------------------ writer and reader objects */
+
+/* What the runtime holds while it writes or reads checkpoint.h5: the file and the one
+ * array in progress, behind a type that carries no HDF5 handle across the layer. */
+struct mt__ckpt_writer {
+    char *path;
+    hid_t f, ds;  /* the file; the array begun and not yet ended (or invalid) */
+    mt_dtype t;
+    int kick_fd;  /* the file, to start its writeback early (-1: none) */
+};
+
+struct mt__ckpt_reader {
+    char *path;
+    hid_t f, ds;  /* the file; the array selected (or invalid) */
+    mt_dtype t;
+};
+
+int mt__ckpt_writer_create(const char *path, mt__ckpt_writer **out)
+{
+    *out = NULL;
+    mt__ckpt_writer *w = calloc(1, sizeof *w);
+    if (!w || !(w->path = mt__strdup(path))) {
+        free(w);
+        return mt__error(MT_ENOMEM, "%s: out of memory creating the checkpoint file", path);
+    }
+    w->ds = H5I_INVALID_HID;
+    int rc = mt__ckpt_create(path, &w->f);
+    if (rc) {
+        free(w->path);
+        free(w);
+        return rc;
+    }
+    w->kick_fd = open(path, O_RDONLY | O_CLOEXEC);
+    *out = w;
+    return MT_OK;
+}
+
+int mt__ckpt_writer_begin(mt__ckpt_writer *w, const char *name, mt_dtype t, int ndim,
+                          const uint64_t *dims)
+{
+    w->t = t;
+    return mt__ckpt_add_array(w->f, name, t, ndim, dims, &w->ds);
+}
+
+int mt__ckpt_writer_rows(mt__ckpt_writer *w, uint64_t row, uint64_t nrows, const void *data)
+{
+    int rc = mt__ckpt_rows(w->ds, w->t, row, nrows, (void *)data, true);
+    /* the disk starts on these pages now, while the caller sums them and takes the next
+     * piece, instead of all at the final fsync */
+    if (!rc && w->kick_fd >= 0)
+        sync_file_range(w->kick_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    return rc;
+}
+
+int mt__ckpt_writer_end(mt__ckpt_writer *w, int layout, uint32_t crc, const int64_t *offsets,
+                        int noffsets)
+{
+    if (w->ds < 0) /* never begun (an earlier failure) */
+        return MT_OK;
+    hid_t ds = w->ds;
+    w->ds = H5I_INVALID_HID;
+    return mt__ckpt_finish_array(ds, layout, crc, offsets, noffsets);
+}
+
+int mt__ckpt_writer_meta(mt__ckpt_writer *w, const char *key, int type, const char *value)
+{
+    return mt__ckpt_set_meta_typed(w->f, key, type, value);
+}
+
+int mt__ckpt_writer_close(mt__ckpt_writer **wp, int status)
+{
+    mt__ckpt_writer *w = *wp;
+    if (!w)
+        return status;
+    *wp = NULL;
+    if (w->ds >= 0)
+        mt__ckpt_close_array(w->ds);
+    if (!status)
+        status = mt__ckpt_seal(w->f, w->path);
+    int e = mt__ckpt_close(w->f, w->path, true);
+    if (!status)
+        status = e;
+    if (w->kick_fd >= 0)
+        close(w->kick_fd);
+    free(w->path);
+    free(w);
+    return status;
+}
+
+int mt__ckpt_reader_open(const char *path, mt__ckpt_reader **out)
+{
+    *out = NULL;
+    mt__ckpt_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->path = mt__strdup(path))) {
+        free(r);
+        return mt__error(MT_ENOMEM, "%s: out of memory opening the checkpoint file", path);
+    }
+    r->ds = H5I_INVALID_HID;
+    int rc = mt__ckpt_open(path, &r->f);
+    if (rc) {
+        free(r->path);
+        free(r);
+        return rc;
+    }
+    *out = r;
+    return MT_OK;
+}
+
+int mt__ckpt_reader_index(mt__ckpt_reader *r, mt__ckpt_index *ix)
+{
+    return mt__ckpt_read_index(r->f, r->path, ix);
+}
+
+int mt__ckpt_reader_array(mt__ckpt_reader *r, const char *name, mt_dtype t)
+{
+    if (r->ds >= 0)
+        mt__ckpt_close_array(r->ds);
+    r->ds = H5I_INVALID_HID;
+    r->t = t;
+    return mt__ckpt_open_array(r->f, name, &r->ds);
+}
+
+int mt__ckpt_reader_rows(mt__ckpt_reader *r, uint64_t row, uint64_t nrows, void *data)
+{
+    return mt__ckpt_rows(r->ds, r->t, row, nrows, data, false);
+}
+
+void mt__ckpt_reader_close(mt__ckpt_reader **rp)
+{
+    mt__ckpt_reader *r = *rp;
+    if (!r)
+        return;
+    *rp = NULL;
+    if (r->ds >= 0)
+        mt__ckpt_close_array(r->ds);
+    mt__ckpt_close(r->f, r->path, false);
+    free(r->path);
+    free(r);
+}

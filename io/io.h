@@ -107,6 +107,34 @@ void mt__ckpt_index_free(mt__ckpt_index *ix);
 int mt__ckpt_open_array(hid_t f, const char *name, hid_t *out);
 void mt__ckpt_close_array(hid_t ds);
 
+/* The checkpoint file as the runtime sees it: objects that carry no HDF5 handle.
+ *
+ * A writer (rank 0, during a commit): each array is begun, given its rows (any order,
+ * C order within a piece; each piece starts the disk's writeback at once) and ended with
+ * its layout, CRC-32 and row offsets; then the metadata. Closing it seals the file (the
+ * file-level checks) when status is MT_OK, closes it, writes its checksum header and
+ * fsyncs it; it returns status, else the first error of its own. */
+typedef struct mt__ckpt_writer mt__ckpt_writer;
+int mt__ckpt_writer_create(const char *path, mt__ckpt_writer **out);
+int mt__ckpt_writer_begin(mt__ckpt_writer *w, const char *name, mt_dtype t, int ndim,
+                          const uint64_t *dims);
+int mt__ckpt_writer_rows(mt__ckpt_writer *w, uint64_t row, uint64_t nrows, const void *data);
+/* A no-op (MT_OK) when the array was not begun successfully. */
+int mt__ckpt_writer_end(mt__ckpt_writer *w, int layout, uint32_t crc, const int64_t *offsets,
+                        int noffsets);
+int mt__ckpt_writer_meta(mt__ckpt_writer *w, const char *key, int type, const char *value);
+int mt__ckpt_writer_close(mt__ckpt_writer **w, int status);
+
+/* A reader (local): opened after the checksum header is checked (mt__ckpt_open); its
+ * index, then one array at a time selected by name (read in its stored dtype) and read
+ * by rows. */
+typedef struct mt__ckpt_reader mt__ckpt_reader;
+int mt__ckpt_reader_open(const char *path, mt__ckpt_reader **out);
+int mt__ckpt_reader_index(mt__ckpt_reader *r, mt__ckpt_index *ix);
+int mt__ckpt_reader_array(mt__ckpt_reader *r, const char *name, mt_dtype t);
+int mt__ckpt_reader_rows(mt__ckpt_reader *r, uint64_t row, uint64_t nrows, void *data);
+void mt__ckpt_reader_close(mt__ckpt_reader **r);
+
 
 /* Importers (local; write a new HDF5 file with /train and /test style groups). */
 typedef struct {

@@ -134,10 +134,9 @@ static int kept_checkpoint(const char *path, const json_t *described, bool open_
     int rc = open_files ? mt__checkpoint_open_stored(path, out) : MT_EINVAL;
     if (rc == MT_OK || rc == MT_ENOMEM) /* never a result quietly missing what it could hold */
         return rc;
-    *out = mt_checkpoint_new();
-    if (*out && !((*out)->path = mt__strdup(path)))
-        mt_checkpoint_free(out);
-    return *out ? MT_OK : mt__error(MT_ENOMEM, "out of memory building a result");
+    return mt__checkpoint_path_only(path, out)
+               ? mt__error(MT_ENOMEM, "out of memory building a result")
+               : MT_OK;
 }
 
 int mt__result_build(const char *dir, const json_t *run_json, const json_t *last_row,
@@ -188,7 +187,8 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
         if (rc)
             break;
         b->metrics = mt_metrics_new();
-        if (!b->ck || !b->ck->path || !b->metrics || mt__metrics_copy(b->metrics, k->metrics)) {
+        if (!b->ck || !mt_checkpoint_path(b->ck) || !b->metrics ||
+            mt__metrics_copy(b->metrics, k->metrics)) {
             rc = mt__error(MT_ENOMEM, "out of memory building a result");
             mt_checkpoint_free(&b->ck);
             mt_metrics_free(&b->metrics);
@@ -319,7 +319,8 @@ int mt_result_best_checkpoint(const mt_result *r, const char *metric, mt_order m
     double best_v = 0;
     for (size_t i = 0; i < r->nbest; i++) {
         int64_t index = 0;
-        const char *name = r->best[i].ck->path ? strrchr(r->best[i].ck->path, '/') : NULL;
+        const char *path = mt_checkpoint_path(r->best[i].ck);
+        const char *name = path ? strrchr(path, '/') : NULL;
         if (name)
             sscanf(name, "/checkpoint_%" SCNd64, &index);
         const mt__metric *e = mt__metrics_find(r->best[i].metrics, metric);

@@ -158,29 +158,8 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
 json_t *mt__params_json(const mt_trainer_config *cfg, int world_size);
 
 /* ------------------------------------------------------------ checkpoints */
-typedef struct {
-    char *name;
-    mt_dtype dtype;
-    int ndim;
-    size_t dims[8];
-    const void *data;
-    mt_layout layout;
-} mt__ck_array;
-typedef struct {
-    char *name, *path;
-} mt__ck_file;
-struct mt_checkpoint {
-    mt__ck_array *arrays;    /* to write */
-    int narrays;
-    char **meta_keys, **meta_values;
-    int *meta_types;         /* MT__META_*; numbers are kept as text too */
-    int nmeta;
-    mt__ck_file *files;      /* to copy; a stored checkpoint's (mt_checkpoint_open) */
-    int nfiles;
-    char *path;              /* a stored checkpoint's folder */
-    mt__ckpt_index index;    /* a stored checkpoint's arrays and metadata */
-    mt_context *ctx;         /* restore inside fit: mt_checkpoint_get is collective */
-};
+/* mt_checkpoint is opaque to the runtime outside checkpoint*.c (runtime/checkpoint.h):
+ * one being built, or one stored on disk and read back. */
 /* Rank 0 in *name; collective over c (the caller ends it with an agreement). */
 int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *run,
                           const mt_metrics *metrics, int64_t iteration, char *name, size_t len,
@@ -191,10 +170,19 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
  * row leaves a checkpoint ahead of the log); its position in run->kept in *picked, or -1.
  * MT_ENOMEM (nothing forgotten) when it cannot tell. */
 int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteration, int *picked);
-/* A stored checkpoint's description as JSON text (for the trip to other ranks), and back. */
-char *mt__checkpoint_describe(const char *path, const mt__ckpt_index *ix);
+/* A stored checkpoint's description as JSON text (for the trip to other ranks), and back
+ * (a stored checkpoint, read locally until mt__checkpoint_restoring binds it). NULL when
+ * out of memory (the caller records it) or, recorded, when ck is being built. */
+char *mt__checkpoint_describe(const mt_checkpoint *ck);
 int mt__checkpoint_from_description(const char *text, mt_checkpoint **out);
+/* Local: the stored checkpoint in folder path (its index; files are not listed). */
 int mt__checkpoint_open_stored(const char *path, mt_checkpoint **out);
+/* A stored checkpoint known by its folder only (no arrays or metadata: its files could not
+ * be read here); MT_ENOMEM, *out NULL, when out of memory. */
+int mt__checkpoint_path_only(const char *path, mt_checkpoint **out);
+/* The stored checkpoint a fit resumes from, bound to its context c: mt_checkpoint_get
+ * on it is collective over c from now on (every other stored checkpoint reads locally). */
+void mt__checkpoint_restoring(mt_checkpoint *ck, mt_context *c);
 /* A user-given checkpoint path (field names it in errors) made absolute, symbolic links
  * resolved, into out (len bytes); MT_EINVAL when empty or too long, MT_EFORMAT naming the
  * path when it does not exist. */

@@ -253,7 +253,7 @@ static int resume_point(mt__rundir *run, const mt_run_config *cfg, json_t **out)
                 rc = mt__error(MT_EFORMAT, "run.resume_from_checkpoint: %s is not a checkpoint: "
                                "%s", from, mt_last_error());
         }
-        if (!rc && !(text = mt__checkpoint_describe(dir, &stored->index)))
+        if (!rc && !(text = mt__checkpoint_describe(stored)))
             rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
         ck = text ? json_string(text) : NULL;
         free(text);
@@ -456,7 +456,7 @@ static int apply_resume(mt_context *ctx, json_t *info)
         int rc = mt__checkpoint_from_description(json_string_value(ck), &ctx->restored);
         if (rc)
             return rc;
-        ctx->restored->ctx = ctx;
+        mt__checkpoint_restoring(ctx->restored, ctx);
     }
     return MT_OK;
 }
@@ -505,7 +505,7 @@ static int describe_kept(const mt__rundir *run, json_t **out)
             rc = rc == MT_ENOMEM ? rc : MT_OK;
             continue;
         }
-        char *text = mt__checkpoint_describe(dir, &ck->index);
+        char *text = mt__checkpoint_describe(ck);
         mt_checkpoint_free(&ck);
         if (!text || json_object_set_new(d, run->kept[i].name, json_string(text)))
             rc = MT_ENOMEM;

@@ -755,6 +755,65 @@ static void test_convert_matches_hdf5(void)
     CU_ASSERT_EQUAL(compared, 25 * N);
 }
 
+/* The writer and reader objects the runtime uses (no HDF5 type in their interface): rows
+ * given in any order round-trip with their attributes and metadata; an array never begun
+ * ends as a no-op; closing with a failure returns it and still leaves a closed file with
+ * its checksum header; selecting an array that is not there is MT_EFORMAT. */
+static void test_checkpoint_writer_reader(void)
+{
+    const int64_t s[8] = {100, 101, 102, 103, 104, 105, 106, 107}; /* 4 rows of 2 */
+    char path[400], failed[400];
+    snprintf(path, sizeof path, "%s/writer.h5", dir);
+    snprintf(failed, sizeof failed, "%s/writer_failed.h5", dir);
+    uint32_t crc = (uint32_t)crc32(crc32(0, NULL, 0), (const Bytef *)s, sizeof s);
+    int64_t off[3] = {0, 1, 4};
+    mt__ckpt_writer *w = NULL;
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_create(path, &w), MT_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_end(w, MT_REPLICATED, 0, NULL, 0), MT_OK); /* not begun */
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_begin(w, "s", MT_I64, 2, (uint64_t[]){4, 2}), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_rows(w, 2, 2, s + 4), MT_OK); /* the later rows first */
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_rows(w, 0, 2, s), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_end(w, MT_SHARDED, crc, off, 3), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_meta(w, "epoch", MT__META_I64, "7"), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_close(&w, MT_OK), MT_OK);
+    CU_ASSERT_PTR_NULL(w);
+
+    mt__ckpt_reader *r = NULL;
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_open(path, &r), MT_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    mt__ckpt_index ix;
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_index(r, &ix), MT_OK);
+    MT_ASSERT_INT_EQ(ix.n, 1);
+    MT_ASSERT_INT_EQ(ix.nmeta, 1);
+    if (ix.n == 1 && ix.nmeta == 1) {
+        MT_ASSERT_STR_EQ(ix.arrays[0].name, "s");
+        MT_ASSERT_INT_EQ(ix.arrays[0].layout, MT_SHARDED);
+        CU_ASSERT_EQUAL(ix.arrays[0].crc, crc);
+        MT_ASSERT_INT_EQ(ix.arrays[0].noffsets, 3);
+        CU_ASSERT(ix.arrays[0].dims[0] == 4 && ix.arrays[0].dims[1] == 2);
+        MT_ASSERT_STR_EQ(ix.meta_keys[0], "epoch");
+        MT_ASSERT_STR_EQ(ix.meta_values[0], "7");
+        MT_ASSERT_INT_EQ(ix.meta_types[0], MT__META_I64);
+    }
+    mt__ckpt_index_free(&ix);
+    int64_t back[8] = {0};
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_array(r, "s", MT_I64), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_rows(r, 1, 3, back + 2), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_rows(r, 0, 1, back), MT_OK);
+    CU_ASSERT(memcmp(back, s, sizeof s) == 0);
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_array(r, "missing", MT_I64), MT_EFORMAT);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "missing");
+    mt__ckpt_reader_close(&r);
+    CU_ASSERT_PTR_NULL(r);
+
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_create(failed, &w), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_begin(w, "s", MT_I64, 1, (uint64_t[]){8}), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_close(&w, MT_EIO), MT_EIO); /* the array left open too */
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_open(failed, &r), MT_OK); /* closed, with its header */
+    mt__ckpt_reader_close(&r);
+}
+
 static const mt_test tests[] = {
     {"idx_round_trip", test_idx_round_trip},
     {"idx_fashion_mnist", test_idx_fashion_mnist},
@@ -765,6 +824,7 @@ static const mt_test tests[] = {
     {"csv_out_of_float_range", test_csv_out_of_float_range},
     {"checkpoint_file_bounds", test_checkpoint_file_bounds},
     {"checkpoint_header", test_checkpoint_header},
+    {"checkpoint_writer_reader", test_checkpoint_writer_reader},
     {"run_json_names", test_run_json_names},
     {"convert_matches_hdf5", test_convert_matches_hdf5},
     {NULL, NULL},

@@ -1,0 +1,457 @@
+/*
+ * checkpoint_commit.c -- the commit protocol: a checkpoint being built becomes
+ * checkpoint_NNNNNN in the run directory, through rank 0, inside mt_report (every rank).
+ *
+ * The arrays are described and agreed (names, types, layouts and row shapes must match on
+ * every rank); rank 0 writes .checkpoint_NNNNNN.tmp/checkpoint.h5 through an io/ writer,
+ * taking the other ranks' sharded rows and files over MPI in chunks of at most
+ * MT_CHECKPOINT_BUFFER bytes (default 64 MiB), so it never holds more than one chunk of
+ * anyone else's data. Then: fsync the file and the folder, rename the folder to
+ * checkpoint_NNNNNN, fsync the run directory, replace run.json, and only then delete what
+ * retention drops. A crash at any point leaves the previous checkpoints and run.json
+ * intact.
+ *
+ * Every array carries a CRC-32 of its bytes in row order; restore verifies it. Each rank
+ * sums its own rows (in parallel, before sending) and rank 0 combines the sums. What
+ * decides which rows a rank gets back (names, dtypes, shapes, layouts, row offsets,
+ * metadata) is checked too (io/ckpt.c); a checkpoint failing any check is skipped with a
+ * warning naming the file and what failed, and the previous one is used
+ * (checkpoint_restore.c).
+ */
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* Rank 0's staging buffer for other ranks' data, mt__ck_buffer_bytes() long, made on the
+ * first commit and kept until the context ends (pages are touched only as far as chunks
+ * go). */
+static char *staging(mt_context *c)
+{
+    if (!c->ck_buf)
+        c->ck_buf = malloc(mt__ck_buffer_bytes());
+    return c->ck_buf;
+}
+
+void mt__checkpoint_release(mt_context *c)
+{
+    free(c->ck_buf);
+    c->ck_buf = NULL;
+}
+
+static size_t row_bytes_of(const mt__ck_array *a)
+{
+    size_t n = mt_dtype_size(a->dtype);
+    for (int i = 1; i < a->ndim; i++)
+        n *= a->dims[i];
+    return n;
+}
+
+/* Local checks and the signature every rank must share. */
+static int describe_local(const mt__ck_building *ck, uint64_t *sig, int *nsharded)
+{
+    uint64_t h = mt__sig_mix(0, (uint64_t)ck->narrays);
+    *nsharded = 0;
+    for (int i = 0; i < ck->narrays; i++) {
+        const mt__ck_array *a = &ck->arrays[i];
+        for (const char *p = a->name; *p; p++)
+            h = mt__sig_mix(h, (uint64_t)(unsigned char)*p);
+        h = mt__sig_mix(mt__sig_mix(mt__sig_mix(h, a->dtype), a->layout), (uint64_t)a->ndim);
+        for (int d = a->layout == MT_SHARDED ? 1 : 0; d < a->ndim; d++)
+            h = mt__sig_mix(h, a->dims[d]);
+        *nsharded += a->layout == MT_SHARDED;
+    }
+    *sig = h;
+    /* again at commit: the file may have gone or changed since it was added */
+    for (int i = 0; i < ck->nfiles; i++) {
+        int rc = mt__ck_check_file(MT_EIO, "checkpoint file", ck->files[i].name, ck->files[i].path);
+        if (rc)
+            return rc;
+    }
+    return MT_OK;
+}
+
+/* One array on its way into the file: where the next piece goes and its checksum. */
+typedef struct {
+    mt__ckpt_writer *file;
+    size_t row_bytes;
+    uint64_t row0;
+    uLong crc;
+    bool sum;              /* fold pieces into crc (rank 0's own rows; senders sum theirs) */
+    const char *fail_hook; /* test hook: pause after the first piece */
+} writer;
+
+/* Test hook: MT_TEST_COMMIT_PAUSE=SECONDS pauses rank 0 after the first piece of checkpoint
+ * number MT_TEST_COMMIT_PAUSE_AT (default 0), so a test can kill it mid-commit; with
+ * MT_TEST_COMMIT_RESUME_FILE=PATH the pause ends as soon as PATH exists. */
+static bool pause_here(int64_t index)
+{
+    return mt__env_knob_f64("MT_TEST_COMMIT_PAUSE", 0) > 0 &&
+           (uint64_t)index == mt__env_knob_u64("MT_TEST_COMMIT_PAUSE_AT", 0);
+}
+
+static void test_pause(void)
+{
+    double p = mt__env_knob_f64("MT_TEST_COMMIT_PAUSE", 0);
+    const char *go = getenv("MT_TEST_COMMIT_RESUME_FILE");
+    if (p > 0) {
+        fprintf(stderr, "mpitrain: test hook: pid %d pausing %g s inside a checkpoint commit\n", (int)getpid(), p);
+        fflush(stderr);
+        for (double left = p; left > 0 && !(go && access(go, F_OK) == 0); left -= 0.05)
+            usleep(50000);
+    }
+}
+
+static int write_piece(const void *piece, size_t n, size_t offset, void *arg)
+{
+    writer *w = arg;
+    /* the writer starts the disk on these pages now, while the CPU sums them and takes
+     * the next piece, instead of all at the final fsync */
+    int rc = mt__ckpt_writer_rows(w->file, w->row0 + offset / w->row_bytes, n / w->row_bytes,
+                                  piece);
+    if (w->sum)
+        w->crc = crc32_z(w->crc, piece, n);
+    if (w->fail_hook) {
+        w->fail_hook = NULL;
+        test_pause();
+    }
+    return rc;
+}
+
+typedef struct {
+    FILE *f;
+    const char *path;
+} copier;
+
+static int copy_piece(const void *piece, size_t n, size_t offset, void *arg)
+{
+    copier *cp = arg;
+    return fwrite(piece, 1, n, cp->f) == n
+               ? MT_OK
+               : mt__error(MT_EIO, "cannot write %s: %s", cp->path, strerror(errno));
+}
+
+static int drain(const void *piece, size_t n, size_t offset, void *arg)
+{
+    return MT_OK;
+}
+
+/* Rank 0: write one array (its own rows, then every other rank's for a sharded one). */
+static int write_array(mt_context *c, mt__ckpt_writer *file, const mt__ck_array *a,
+                       const int64_t *rows, char *buf, bool first, int status)
+{
+    int P = c->world_size, rc = status;
+    uint64_t dims[8];
+    for (int d = 0; d < a->ndim; d++)
+        dims[d] = a->dims[d];
+    int64_t *off = NULL;
+    if (a->layout == MT_SHARDED) {
+        off = calloc((size_t)P + 1, sizeof *off);
+        if (!off && !rc)
+            rc = mt__error(MT_ENOMEM, "out of memory");
+        for (int r = 0; off && r < P; r++)
+            off[r + 1] = off[r] + rows[r];
+        dims[0] = off ? (uint64_t)off[P] : 0;
+    }
+    writer w = {.file = file, .row_bytes = row_bytes_of(a), .crc = crc32(0, NULL, 0),
+                .sum = true, .fail_hook = first ? "pause" : NULL};
+    if (!rc)
+        rc = mt__ckpt_writer_begin(file, a->name, a->dtype, a->ndim, dims);
+    size_t own = (size_t)(a->layout == MT_SHARDED ? (size_t)rows[0] : a->dims[0]) * w.row_bytes;
+    if (!rc && own)
+        rc = write_piece(a->data, own, 0, &w);
+    size_t chunk = mt__ck_row_chunk(w.row_bytes);
+    w.sum = false;
+    for (int r = 1; a->layout == MT_SHARDED && r < P; r++) {
+        w.row0 = off ? (uint64_t)off[r] : 0;
+        /* after a failure, keep receiving so rank r is not left waiting */
+        size_t len = (size_t)rows[r] * w.row_bytes;
+        int e = mt__stream_recv(c->comm, r, len, buf, chunk, rc ? drain : write_piece, &w);
+        /* then the CRC-32 rank r computed of its rows while rank 0 wrote the ones before */
+        uint32_t theirs = 0;
+        int e2 = mt__stream_recv(c->comm, r, sizeof theirs, &theirs, sizeof theirs, drain, NULL);
+        w.crc = crc32_combine(w.crc, theirs, (z_off_t)len);
+        if (!rc)
+            rc = e ? e : e2;
+    }
+    if (file) {
+        int e = mt__ckpt_writer_end(file, a->layout, (uint32_t)w.crc, off, off ? P + 1 : 0);
+        if (!rc)
+            rc = e;
+    }
+    free(off);
+    return rc;
+}
+
+
+/* Rank 0: receive the other ranks' files (names and sizes in `desc`), then copy its own. */
+static int write_files(mt_context *c, const mt__ck_building *ck, const char *dir, char *desc,
+                       size_t *lens, char *buf, int status)
+{
+    int rc = status;
+    size_t chunk = mt__ck_buffer_bytes(), pos = 0;
+    for (int r = 0; r < c->world_size; r++) {
+        size_t end = pos + lens[r];
+        while (pos < end) {
+            const char *name = desc + pos;
+            pos += strlen(name) + 1;
+            uint64_t size;
+            memcpy(&size, desc + pos, 8);
+            pos += 8;
+            char path[4096];
+            if (r == 0)
+                snprintf(path, sizeof path, "%s/%s", dir, name);
+            else {
+                snprintf(path, sizeof path, "%s/rank%d", dir, r);
+                if (!rc)
+                    rc = mt__mkdirs(path);
+                snprintf(path, sizeof path, "%s/rank%d/%s", dir, r, name);
+            }
+            FILE *out = rc ? NULL : fopen(path, "wb");
+            if (!rc && !out)
+                rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
+            copier cp = {out, path};
+            if (r > 0) {
+                /* after a failed write, keep receiving so rank r is not left waiting */
+                int e = mt__stream_recv(c->comm, r, size, buf, chunk,
+                                        out && !rc ? copy_piece : drain, &cp);
+                if (!rc)
+                    rc = e;
+                if (rc && out) {
+                    fclose(out);
+                    out = NULL;
+                }
+            } else if (out) {
+                const mt__ck_file *f = NULL;
+                for (int i = 0; i < ck->nfiles && !f; i++)
+                    if (!strcmp(ck->files[i].name, name))
+                        f = &ck->files[i];
+                FILE *in = f ? fopen(f->path, "rb") : NULL;
+                size_t n;
+                while (in && (n = fread(buf, 1, chunk, in)) > 0 && !rc)
+                    rc = copy_piece(buf, n, 0, &cp);
+                if (!in && !rc)
+                    rc = mt__error(MT_EIO, "cannot read checkpoint file %s (%s): %s", name,
+                                   f ? f->path : "not added", strerror(errno));
+                else if (in && ferror(in) && !rc)
+                    rc = mt__error(MT_EIO, "cannot read checkpoint file %s (%s)", name, f->path);
+                if (in)
+                    fclose(in);
+            }
+            if (out && (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) != 0) && !rc)
+                rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
+            if (out && fclose(out) != 0 && !rc)
+                rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
+        }
+    }
+    return rc;
+}
+
+/* Other ranks: their sharded rows, then their files (through buf, mt__ck_buffer_bytes()
+ * long). */
+static int send_parts(mt_context *c, const mt__ck_building *ck, char *buf)
+{
+    int rc = MT_OK;
+    for (int i = 0; i < ck->narrays && !rc; i++) {
+        const mt__ck_array *a = &ck->arrays[i];
+        if (a->layout == MT_SHARDED) {
+            size_t len = a->dims[0] * row_bytes_of(a);
+            uint32_t crc = (uint32_t)crc32_z(crc32(0, NULL, 0), a->data, len);
+            rc = mt__stream_send(c->comm, 0, a->data, len, mt__ck_row_chunk(row_bytes_of(a)));
+            if (!rc)
+                rc = mt__stream_send(c->comm, 0, &crc, sizeof crc, sizeof crc);
+        }
+    }
+    size_t chunk = mt__ck_buffer_bytes();
+    for (int i = 0; i < ck->nfiles && !rc; i++) {
+        FILE *in = fopen(ck->files[i].path, "rb");
+        struct stat st;
+        size_t left = in && fstat(fileno(in), &st) == 0 ? (size_t)st.st_size : 0;
+        /* the size was announced: send exactly that many bytes whatever happens */
+        while (left > 0 && !rc) {
+            size_t n = left < chunk ? left : chunk, got = in && buf ? fread(buf, 1, n, in) : 0;
+            if (got < n && buf)
+                memset(buf + got, 0, n - got);
+            rc = buf ? mt__stream_send(c->comm, 0, buf, n, chunk) : MT_ENOMEM;
+            left -= n;
+        }
+        if (in)
+            fclose(in);
+    }
+    return rc;
+}
+
+static char *describe_files(const mt__ck_building *ck, size_t *len)
+{
+    size_t n = 0;
+    for (int i = 0; i < ck->nfiles; i++)
+        n += strlen(ck->files[i].name) + 1 + 8;
+    char *b = malloc(n ? n : 1), *p = b;
+    for (int i = 0; b && i < ck->nfiles; i++) {
+        struct stat st;
+        uint64_t size = stat(ck->files[i].path, &st) == 0 ? (uint64_t)st.st_size : 0;
+        size_t l = strlen(ck->files[i].name) + 1;
+        memcpy(p, ck->files[i].name, l), p += l;
+        memcpy(p, &size, 8), p += 8;
+    }
+    *len = n;
+    return b;
+}
+
+/* Rank 0, after the data is durable: publish the folder, record it, apply retention. */
+static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *name,
+                   const mt_metrics *metrics, int64_t iteration)
+{
+    char final[4096];
+    snprintf(final, sizeof final, "%s/%s", run->dir, name);
+    /* what recording it takes is allocated before the folder is published: a published
+     * checkpoint left unrecorded would have its name taken again by the next commit */
+    size_t n = (size_t)run->nkept + 1;
+    mt__kept *grown = realloc(run->kept, n * sizeof *grown);
+    if (grown)
+        run->kept = grown;
+    mt_metrics *m = mt_metrics_new();
+    bool *drop = calloc(n, sizeof *drop);
+    mt__kept *keep = calloc(n, sizeof *keep), *gone = calloc(n, sizeof *gone);
+    const char **names = calloc(n, sizeof *names);
+    int rc = grown && m && drop && keep && gone && names && !mt__metrics_copy(m, metrics)
+                 ? mt__fsync_dir(tmp)
+                 : mt__error(MT_ENOMEM, "out of memory recording %s", name);
+    if (!rc && rename(tmp, final) != 0)
+        rc = mt__error(MT_EIO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    if (rc) {
+        mt_metrics_free(&m);
+        free(drop), free(keep), free(gone), free(names);
+        return rc;
+    }
+    mt__kept *k = &run->kept[run->nkept];
+    memset(k, 0, sizeof *k);
+    snprintf(k->name, sizeof k->name, "%s", name);
+    k->index = run->next_index++;
+    k->iteration = iteration;
+    k->metrics = m;
+    run->latest = run->nkept++;
+    int kept_all = mt__retention(run->kept, run->nkept, run->latest, &c->cfg->run.checkpoint, drop);
+    /* the state that forgets them is durable before any folder goes */
+    int nk = 0, ng = 0, latest = -1;
+    for (int i = 0; i < run->nkept; i++) {
+        if (drop[i])
+            gone[ng++] = run->kept[i];
+        else {
+            if (i == run->latest)
+                latest = nk;
+            keep[nk++] = run->kept[i];
+        }
+    }
+    free(drop);
+    free(run->kept);
+    run->kept = keep;
+    run->nkept = nk;
+    run->latest = latest;
+    rc = mt__fsync_dir(run->dir);
+    if (!rc)
+        rc = mt__run_save(run);
+    for (int i = 0; i < ng; i++)
+        names[i] = gone[i].name;
+    if (!rc)
+        rc = mt__run_drop(run, names, ng);
+    free(names);
+    for (int i = 0; i < ng; i++)
+        mt_metrics_free(&gone[i].metrics);
+    free(gone);
+    return rc ? rc : kept_all;
+}
+
+int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *handle, mt__rundir *run,
+                          const mt_metrics *metrics, int64_t iteration, char *name, size_t len,
+                          bool *agreed)
+{
+    MT__TRACE("checkpoint", "commit");
+    /* a stored checkpoint given back to mt_report is committed as what it lists to copy
+     * (its files, when mt_checkpoint_open listed them), nothing else */
+    mt__ck_building again = {0};
+    if (handle->kind == MT__CK_STORED) {
+        again.files = handle->stored.files;
+        again.nfiles = handle->stored.nfiles;
+    }
+    const mt__ck_building *ck = handle->kind == MT__CK_BUILDING ? &handle->build : &again;
+    *agreed = true;
+    uint64_t sig = 0;
+    int nsh = 0, rc = describe_local(ck, &sig, &nsh);
+    /* what this rank needs is allocated before the agreement, so that running out of
+     * memory is agreed instead of leaving the others in the gathers below */
+    int P = c->world_size;
+    int64_t *mine = calloc((size_t)(nsh ? nsh : 1), sizeof *mine);
+    int64_t *all = calloc((size_t)(nsh ? nsh : 1) * (size_t)P, sizeof *all);
+    size_t flen = 0, *flens = NULL;
+    char *fdesc = describe_files(ck, &flen), *allf = NULL;
+    char *fbuf = c->world_rank != 0 && ck->nfiles ? malloc(mt__ck_buffer_bytes()) : NULL;
+    int64_t *rows = c->world_rank == 0 ? calloc((size_t)P, sizeof *rows) : NULL;
+    char *buf = c->world_rank == 0 ? staging(c) : NULL; /* kept in c across commits */
+    if (!rc && (!mine || !all || !fdesc || (c->world_rank != 0 && ck->nfiles && !fbuf) ||
+                (c->world_rank == 0 && (!rows || !buf))))
+        rc = mt__error(MT_ENOMEM, "out of memory committing a checkpoint");
+    mt__call call;
+    mt__call_init(&call, MT__CALL_REPORT, 1, ck->narrays, nsh);
+    call.sig = mt__sig_mix(call.sig, sig);
+    rc = mt__agree(c->comm, &call, rc, NULL);
+    /* each rank's row count for every sharded array */
+    for (int i = 0, k = 0; !rc && i < ck->narrays; i++)
+        if (ck->arrays[i].layout == MT_SHARDED)
+            mine[k++] = (int64_t)ck->arrays[i].dims[0];
+    if (!rc && nsh)
+        rc = mt__allgather(c->comm, mine, all, (size_t)nsh, MT_I64);
+    if (!rc)
+        rc = mt__gather_bytes(c->comm, fdesc, flen, &allf, &flens);
+    if (rc) { /* agreed, or an MPI failure: nothing sensible is left to do together */
+        free(mine), free(all), free(fdesc), free(allf), free(flens), free(fbuf), free(rows);
+        return rc;
+    }
+    *agreed = false; /* from here each rank has its own status; the report agrees on it */
+    if (c->world_rank != 0) {
+        rc = send_parts(c, ck, fbuf);
+        /* then wait, off the CPU, while rank 0 finishes the file and publishes it */
+        int e = mt__stream_await(c->comm);
+        free(mine), free(all), free(fdesc), free(fbuf);
+        return rc ? rc : e;
+    }
+    /* rank 0 */
+    snprintf(name, len, "checkpoint_%06lld", (long long)run->next_index);
+    char tmp[4096], h5[4200];
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", run->dir, name);
+    snprintf(h5, sizeof h5, "%s/checkpoint.h5", tmp);
+    mt__rmtree(tmp);
+    int status = mt__mkdirs(tmp);
+    mt__ckpt_writer *file = NULL;
+    if (!status)
+        status = mt__ckpt_writer_create(h5, &file);
+    for (int i = 0, k = 0; i < ck->narrays; i++) {
+        const mt__ck_array *a = &ck->arrays[i];
+        if (a->layout == MT_SHARDED) {
+            for (int r = 0; r < P; r++)
+                rows[r] = all[(size_t)r * (size_t)nsh + (size_t)k];
+            k++;
+        }
+        status = write_array(c, file, a, rows, buf,
+                             i == 0 && pause_here(run->next_index), status);
+    }
+    for (int i = 0; i < ck->nmeta && !status; i++)
+        status = mt__ckpt_writer_meta(file, ck->meta_keys[i], ck->meta_types[i],
+                                      ck->meta_values[i]);
+    /* seals the file when all went well; closes and fsyncs it in any case */
+    status = mt__ckpt_writer_close(&file, status);
+    status = write_files(c, ck, tmp, allf, flens, buf, status);
+    if (!status)
+        status = publish(c, run, tmp, name, metrics, iteration);
+    else
+        mt__rmtree(tmp);
+    int e = mt__stream_done(c->comm); /* on every path: the others wait for it */
+    free(rows), free(mine), free(all), free(fdesc), free(allf), free(flens);
+    return status ? status : e;
+}
