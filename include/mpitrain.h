@@ -256,27 +256,30 @@ MT_EXTERN int mt_trainer_create(mt_trainer **out, mt_train_fn fn, void *arg,
  * and the checkpoint mt_get_checkpoint gives end when fit returns: a call with one kept
  * past fit is MT_EINVAL (or 0/NULL for getters), never a use of freed memory. */
 MT_EXTERN int mt_trainer_fit(mt_trainer *t, mt_result **out);
-/* Refused (the trainer is kept, mt_last_error says why) while the trainer's fit runs. */
+/* Local. Refused (the trainer is kept, mt_last_error says why) while the trainer's fit
+ * runs. */
 MT_EXTERN void mt_trainer_destroy(mt_trainer **t);
 
 /* ---------------------------------------------------------------- context */
 
 /* Local. The current worker's context inside a training function (per thread); NULL
- * outside one. */
+ * outside one. The getters below are Local too (-1 / NULL for a NULL or ended context). */
 MT_EXTERN mt_context *mt_get_context(void);
 MT_EXTERN int mt_world_size(const mt_context *c);
 MT_EXTERN int mt_world_rank(const mt_context *c);
 MT_EXTERN int mt_local_rank(const mt_context *c);
 MT_EXTERN int mt_local_world_size(const mt_context *c);
 MT_EXTERN int mt_node_rank(const mt_context *c);
-/* CPUs in this rank's affinity mask. */
+/* Local. CPUs in this rank's affinity mask. */
 MT_EXTERN int mt_num_cpus(const mt_context *c);
-/* 0 for the first attempt, +1 per restart or resume. */
+/* Local. 0 for the first attempt, +1 per restart or resume. */
 MT_EXTERN int mt_attempt(const mt_context *c);
+/* Local. The run's name. */
 MT_EXTERN const char *mt_experiment_name(const mt_context *c);
-/* <storage_path>/<name> */
+/* Local. <storage_path>/<name> */
 MT_EXTERN const char *mt_run_dir(const mt_context *c);
-/* A private duplicate of the workers' communicator, errors returned (MPI_ERRORS_RETURN). */
+/* Local. A private duplicate of the workers' communicator, errors returned
+ * (MPI_ERRORS_RETURN). */
 MT_EXTERN MPI_Comm mt_comm(const mt_context *c);
 
 typedef enum { MT_U8 = 1, MT_I32, MT_I64, MT_F32, MT_F64 } mt_dtype;
@@ -377,13 +380,17 @@ MT_EXTERN int mt_barrier(mt_context *c);
 typedef struct mt_fusion mt_fusion;
 /* Collective (a communicator duplicate). */
 MT_EXTERN int mt_fusion_create(mt_context *c, size_t bucket_bytes, mt_fusion **out);
-/* Logically collective, before the first ready/wait. Returns the tensor's index (>= 0). */
+/* Local, but every rank adds the same tensors in the same order (checked at the first
+ * ready or wait), before the first ready/wait. Returns the tensor's index (>= 0). */
 MT_EXTERN int mt_fusion_add(mt_fusion *f, float *tensor, size_t count);
 /* Local (the first call of all is collective: the registration check). */
 MT_EXTERN int mt_fusion_ready(mt_fusion *f, int index);
 /* Collective. Starts what has not started, waits, averages. An error on any rank during
- * the step is returned on every rank; the fusion cannot be used after an error. */
+ * the step is returned on every rank; the fusion stays usable: the next step starts
+ * afresh (tensors to be marked ready again). */
 MT_EXTERN int mt_fusion_wait(mt_fusion *f);
+/* Local: no rank waits for another, but a step left without mt_fusion_wait on one rank
+ * finishes the buckets it handed over first. */
 MT_EXTERN void mt_fusion_destroy(mt_fusion **f);
 
 /* ---------------------------------------------------------------- metrics and report */
@@ -391,8 +398,8 @@ MT_EXTERN void mt_fusion_destroy(mt_fusion **f);
 typedef struct mt_metrics mt_metrics;
 typedef struct mt_checkpoint mt_checkpoint;
 
-/* Keys: 1 to 255 bytes, no control characters; '/' nests ("val/acc"). Setting a key
- * again replaces it. The keys mt_report adds to every row are reserved (MT_EINVAL naming
+/* Local, all of them. Keys: 1 to 255 bytes, no control characters; '/' nests
+ * ("val/acc"). Setting a key again replaces it. The keys mt_report adds to every row are reserved (MT_EINVAL naming
  * the key): training_iteration, iterations_since_restore (1 on an attempt's first report),
  * timestamp, time_this_iter_s, time_total_s, checkpoint_dir_name, per_rank. */
 MT_EXTERN mt_metrics *mt_metrics_new(void);
@@ -400,20 +407,25 @@ MT_EXTERN void mt_metrics_free(mt_metrics **m);
 MT_EXTERN int mt_metrics_set_f64(mt_metrics *m, const char *key, double v);
 MT_EXTERN int mt_metrics_set_i64(mt_metrics *m, const char *key, int64_t v);
 MT_EXTERN int mt_metrics_set_str(mt_metrics *m, const char *key, const char *v);
-/* MT_ENOTFOUND if absent (or a string); MT_EINVAL if m, key or out is NULL. */
+/* Local. MT_ENOTFOUND if absent (or a string); MT_EINVAL if m, key or out is NULL. */
 MT_EXTERN int mt_metrics_get_f64(const mt_metrics *m, const char *key, double *out);
 MT_EXTERN int mt_metrics_get_i64(const mt_metrics *m, const char *key, int64_t *out);
-/* NULL if absent (or not a string), or if m or key is NULL (mt_last_error says which). */
+/* Local. NULL if absent (or not a string), or if m or key is NULL (mt_last_error says
+ * which). */
 MT_EXTERN const char *mt_metrics_get_str(const mt_metrics *m, const char *key);
+/* Local. The number of keys, and the i-th in insertion order (NULL out of range). */
 MT_EXTERN size_t mt_metrics_count(const mt_metrics *m);
 MT_EXTERN const char *mt_metrics_key(const mt_metrics *m, size_t i);
 
 /* Collective: every rank calls it once per iteration. Every rank's metrics go to rank 0;
  * rank 0's are the run's, and the min/mean/max over ranks of each numeric key is recorded
- * too. Adds training_iteration, timestamp, time_this_iter_s, time_total_s and, with a
- * checkpoint, checkpoint_dir_name. With ck (non-NULL on every rank, or NULL on every
- * rank) the checkpoint is committed before it returns. Returns MT_ESTOP once a stop was
- * requested (SIGTERM/SIGUSR1) and a checkpoint has been committed since. */
+ * too. Adds training_iteration, iterations_since_restore, timestamp, time_this_iter_s,
+ * time_total_s and, with a checkpoint, checkpoint_dir_name. With ck (non-NULL on every
+ * rank, or NULL on every rank; one being built: a stored one is MT_EINVAL) the checkpoint
+ * is committed before it returns. Returns MT_ESTOP once a stop was requested
+ * (SIGTERM/SIGUSR1) and a checkpoint has been committed since. Bad input found here (a
+ * reserved key, a score attribute the first report lacks, a stored checkpoint) fails the
+ * attempt without a retry: a retry would fail the same way. */
 MT_EXTERN int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck);
 /* Local, the same answer on every rank: checkpoint.frequency says this report should carry
  * a checkpoint, or a stop was requested. */
@@ -452,7 +464,7 @@ MT_EXTERN int mt_checkpoint_set_meta_f64(mt_checkpoint *ck, const char *key, dou
  * '.', checkpoint.h5, rank<N>), and a PATH that is not a readable regular file. Setting
  * a metadata key again replaces its value. */
 MT_EXTERN int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path);
-/* The latest checkpoint when the run resumed, else NULL (local; owned by the context). */
+/* Local. The latest checkpoint when the run resumed, else NULL (owned by the context). */
 MT_EXTERN const mt_checkpoint *mt_get_checkpoint(mt_context *c);
 /* Local. A stored array's shape; for a sharded one inside fit, this rank's part. */
 MT_EXTERN int mt_checkpoint_dims(const mt_checkpoint *ck, const char *name, int *ndim,
@@ -475,7 +487,7 @@ MT_EXTERN const char *mt_checkpoint_get_meta(const mt_checkpoint *ck, const char
  * mt_checkpoint_get_meta: no conversion), or ck, key or out is NULL. */
 MT_EXTERN int mt_checkpoint_get_meta_i64(const mt_checkpoint *ck, const char *key, int64_t *out);
 MT_EXTERN int mt_checkpoint_get_meta_f64(const mt_checkpoint *ck, const char *key, double *out);
-/* The checkpoint's folder (NULL for one not yet committed). */
+/* Local. The checkpoint's folder (NULL for one being built). */
 MT_EXTERN const char *mt_checkpoint_path(const mt_checkpoint *ck);
 
 /* Local, no run and no MPI collective needed (like Ray's Checkpoint.from_directory): open
