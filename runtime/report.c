@@ -35,8 +35,7 @@ void mt_set_total_iterations(mt_context *c, int64_t n)
 }
 
 /* Rank 0: the row for result.json (rank 0's metrics, automatic keys, spread over ranks). */
-static json_t *build_row(mt_context *c, const char *all, const size_t *lens, mt_metrics *row,
-                         double now)
+static json_t *build_row(mt_context *c, const char *all, const size_t *lens, mt_metrics *row)
 {
     size_t off = 0;
     mt_metrics **per = calloc((size_t)c->world_size, sizeof *per);
@@ -83,7 +82,6 @@ static json_t *build_row(mt_context *c, const char *all, const size_t *lens, mt_
         json_decref(j);
         j = NULL;
     }
-    (void)now;
     return j;
 }
 
@@ -206,7 +204,7 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
     double now = mt__now();
     int64_t iteration = c->iteration + 1;
     mt_metrics *row = c->world_rank == 0 ? mt_metrics_new() : NULL;
-    json_t *j = row ? build_row(c, all, lens, row, now) : NULL;
+    json_t *j = row ? build_row(c, all, lens, row) : NULL;
     if (c->world_rank == 0 && (!row || !j))
         status = mt__error(MT_ENOMEM, "out of memory building a report");
     char ckname[64] = "";
