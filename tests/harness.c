@@ -16,6 +16,34 @@ static char storage[256];
 
 const char *mt_test_storage(void) { return storage; }
 
+mt_trainer_config mt_test_config(const char *name)
+{
+    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .name = name,
+                                     .verbose = MT_VERBOSE_SILENT}};
+    return cfg;
+}
+
+int mt_test_fit(mt_trainer_config cfg, mt_train_fn fn, void *arg, mt_result **out)
+{
+    mt_trainer *t = NULL;
+    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fn, arg, &cfg), MT_OK);
+    mt_result *r = NULL;
+    int rc = mt_trainer_fit(t, &r);
+    if (out)
+        *out = r;
+    else
+        mt_result_free(&r);
+    mt_trainer_destroy(&t);
+    return rc;
+}
+
+const char *mt_test_run_file(const char *name, const char *file)
+{
+    static char p[1200];
+    snprintf(p, sizeof p, "%s/%s/%s", mt_test_storage(), name, file);
+    return p;
+}
+
 static void make_storage(bool mpi)
 {
     if (rank == 0) {

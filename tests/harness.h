@@ -10,6 +10,7 @@
 #define MT_TEST_HARNESS_H
 
 #include <CUnit/CUnit.h>
+#include <mpitrain.h>
 #include <stdbool.h>
 
 #include "../collectives/collectives.h"
@@ -27,6 +28,12 @@ extern void (*mt_test_after)(void);
 /* A storage_path of this test job's own (MPI suites: the same on every rank), removed at
  * the end. */
 const char *mt_test_storage(void);
+/* A trainer config for a run of that name in mt_test_storage(), silent. */
+mt_trainer_config mt_test_config(const char *name);
+/* One fit of fn with cfg: its code; the result in *out (owned) when out is not NULL. */
+int mt_test_fit(mt_trainer_config cfg, mt_train_fn fn, void *arg, mt_result **out);
+/* <mt_test_storage()>/<name>/<file> (a static buffer: one at a time). */
+const char *mt_test_run_file(const char *name, const char *file);
 
 /* MPI suites: this process's rank and the job's size. */
 /* A line of /proc/self/status in KiB ("VmRSS", "VmHWM"); -1 when it cannot be read. */

@@ -24,39 +24,11 @@ static int P(void) { return mt_test_size(); }
 
 typedef int (*body)(mt_context *c, void *arg);
 
-static mt_trainer_config config(const char *name)
-{
-    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .name = name,
-                                     .verbose = MT_VERBOSE_SILENT}};
-    return cfg;
-}
-
-static int fit(mt_trainer_config cfg, body fn, void *arg, mt_result **out)
-{
-    mt_trainer *t = NULL;
-    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fn, arg, &cfg), MT_OK);
-    mt_result *r = NULL;
-    int rc = mt_trainer_fit(t, &r);
-    if (out)
-        *out = r;
-    else
-        mt_result_free(&r);
-    mt_trainer_destroy(&t);
-    return rc;
-}
-
-static char *run_file(const char *name, const char *file)
-{
-    static char p[1024];
-    snprintf(p, sizeof p, "%s/%s/%s", mt_test_storage(), name, file);
-    return p;
-}
-
 /* result.json rows (rank 0 reads; every rank gets the count back). */
 static json_t *rows_of(const char *name)
 {
     json_t *rows = json_array();
-    FILE *f = fopen(run_file(name, "result.json"), "r");
+    FILE *f = fopen(mt_test_run_file(name, "result.json"), "r");
     char *line = NULL;
     size_t cap = 0;
     while (f && getline(&line, &cap, f) > 0)
@@ -88,7 +60,7 @@ static int three_reports(mt_context *c, void *arg)
 static void test_report_files(void)
 {
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(config("reports"), three_reports, NULL, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("reports"), three_reports, NULL, &res), MT_OK);
     /* the result is the same on every rank */
     int64_t it = 0;
     double loss = 0;
@@ -116,7 +88,7 @@ static void test_report_files(void)
         }
         json_decref(rows);
         /* progress.csv: a header that includes the late key, and three rows */
-        FILE *f = fopen(run_file("reports", "progress.csv"), "r");
+        FILE *f = fopen(mt_test_run_file("reports", "progress.csv"), "r");
         char line[4096];
         int n = 0;
         char header[4096] = "", first[4096] = "";
@@ -134,9 +106,9 @@ static void test_report_files(void)
         MT_ASSERT_STR_CONTAINS(header, "val/acc");
         MT_ASSERT_STR_CONTAINS(first, "\"train, \"\"warm\"\"\"");
         struct stat st;
-        CU_ASSERT(stat(run_file("reports", "params.json"), &st) == 0);
+        CU_ASSERT(stat(mt_test_run_file("reports", "params.json"), &st) == 0);
         /* a crash cut a fourth row short: mt_result_load reads the last whole one */
-        f = fopen(run_file("reports", "result.json"), "a");
+        f = fopen(mt_test_run_file("reports", "result.json"), "a");
         if (f) {
             fputs("{\"loss\":0.1,\"training_iteration\":4", f);
             fclose(f);
@@ -188,11 +160,11 @@ static int with_checkpoints(mt_context *c, void *arg)
 
 static void test_checkpoint_contents_and_retention(void)
 {
-    mt_trainer_config cfg = config("ckpt");
+    mt_trainer_config cfg = mt_test_config("ckpt");
     cfg.run.checkpoint.num_to_keep = 2;
     cfg.run.checkpoint.score_attribute = "score";
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(cfg, with_checkpoints, NULL, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, with_checkpoints, NULL, &res), MT_OK);
     /* scores 0,3,2,1 over checkpoints 0..3: keep the best two (1: 3, 2: 2) plus the latest (3) */
     MT_ASSERT_INT_EQ(mt_result_num_best(res), 3);
     const mt_metrics *m = NULL;
@@ -205,8 +177,8 @@ static void test_checkpoint_contents_and_retention(void)
     MT_ASSERT_STR_CONTAINS(mt_checkpoint_path(latest), "checkpoint_000003");
     if (R() == 0) {
         struct stat st;
-        CU_ASSERT(stat(run_file("ckpt", "checkpoint_000000"), &st) != 0); /* dropped */
-        CU_ASSERT(stat(run_file("ckpt", "checkpoint_000002/checkpoint.h5"), &st) == 0);
+        CU_ASSERT(stat(mt_test_run_file("ckpt", "checkpoint_000000"), &st) != 0); /* dropped */
+        CU_ASSERT(stat(mt_test_run_file("ckpt", "checkpoint_000002/checkpoint.h5"), &st) == 0);
         /* outside fit: the whole arrays, from rank 0's storage */
         float w[6];
         MT_ASSERT_INT_EQ(mt_checkpoint_get(latest, "w", MT_F32, w, 6), MT_OK);
@@ -236,7 +208,7 @@ static void test_checkpoint_contents_and_retention(void)
         MT_ASSERT_INT_EQ(mt_checkpoint_get(latest, "nope", MT_F32, NULL, 0), MT_ENOTFOUND);
         /* files: rank 0's at the top, the others under rank<r>/ */
         char buf[64] = "";
-        FILE *f = fopen(run_file("ckpt", "checkpoint_000003/note.txt"), "r");
+        FILE *f = fopen(mt_test_run_file("ckpt", "checkpoint_000003/note.txt"), "r");
         if (f) {
             CU_ASSERT_PTR_NOT_NULL(fgets(buf, sizeof buf, f));
             fclose(f);
@@ -245,7 +217,7 @@ static void test_checkpoint_contents_and_retention(void)
         if (P() > 1) {
             char p[64];
             snprintf(p, sizeof p, "checkpoint_000003/rank%d/note.txt", P() - 1);
-            f = fopen(run_file("ckpt", p), "r");
+            f = fopen(mt_test_run_file("ckpt", p), "r");
             buf[0] = '\0';
             if (f) {
                 CU_ASSERT_PTR_NOT_NULL(fgets(buf, sizeof buf, f));
@@ -334,16 +306,16 @@ static int resumable(mt_context *c, void *varg)
 
 static void test_resume_after_failure(void)
 {
-    mt_trainer_config cfg = config("resume");
+    mt_trainer_config cfg = mt_test_config("resume");
     resume_arg a = {.fail_at = 3, .reports = 6};
     char err[1024];
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, &res), MT_EIO);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, resumable, &a, &res), MT_EIO);
     snprintf(err, sizeof err, "rank %d failed: injected failure after epoch 2", P() > 1 ? 1 : 0);
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), err);
     mt_result_free(&res);
     if (R() == 0) {
-        FILE *f = fopen(run_file("resume", "error.txt"), "r");
+        FILE *f = fopen(mt_test_run_file("resume", "error.txt"), "r");
         char text[512] = "";
         if (f) {
             CU_ASSERT_PTR_NOT_NULL(fgets(text, sizeof text, f));
@@ -352,7 +324,7 @@ static void test_resume_after_failure(void)
         MT_ASSERT_STR_CONTAINS(text, "injected failure after epoch 2");
     }
     /* the same name again resumes from checkpoint epoch 1 (iteration 2) */
-    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, resumable, &a, &res), MT_OK);
     MT_ASSERT_INT_EQ(a.attempt_seen, 1);
     MT_ASSERT_INT_EQ(a.restored_epoch, 1);
     MT_ASSERT_INT_EQ(a.first_iteration, 3);
@@ -368,11 +340,11 @@ static void test_resume_after_failure(void)
         MT_ASSERT_INT_EQ(bad, 0);
         json_decref(rows);
         struct stat st;
-        CU_ASSERT(stat(run_file("resume", "result.superseded.json"), &st) == 0);
+        CU_ASSERT(stat(mt_test_run_file("resume", "result.superseded.json"), &st) == 0);
     }
     /* finished: refused without overwrite, replaced with it */
     res = NULL;
-    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, &res), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, resumable, &a, &res), MT_EINVAL);
     const char *msg = "resume: run 'resume' finished already; to start a new run give another "
                       "--name (run.name), or to replace this one --overwrite (run.overwrite)";
     MT_ASSERT_STR_CONTAINS(mt_last_error(), msg);
@@ -382,24 +354,24 @@ static void test_resume_after_failure(void)
     mt_result_free(&res);
     cfg.run.overwrite = true;
     a.fail_at = 0;
-    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, resumable, &a, NULL), MT_OK);
     MT_ASSERT_INT_EQ(a.attempt_seen, 0);
     MT_ASSERT_INT_EQ(a.restored_epoch, -1);
 }
 
 static void test_retries(void)
 {
-    mt_trainer_config cfg = config("retry");
+    mt_trainer_config cfg = mt_test_config("retry");
     cfg.run.failure.max_failures = 2;
     resume_arg a = {.fail_at = 4, .reports = 6};
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, resumable, &a, &res), MT_OK);
     MT_ASSERT_INT_EQ(a.attempt_seen, 1);
     MT_ASSERT_INT_EQ(a.restored_epoch, 3);
     CU_ASSERT_PTR_NULL(mt_result_error(res));
     mt_result_free(&res);
     if (R() == 0) {
-        json_t *run = json_load_file(run_file("retry", "run.json"), 0, NULL);
+        json_t *run = json_load_file(mt_test_run_file("retry", "run.json"), 0, NULL);
         MT_ASSERT_INT_EQ(json_integer_value(json_object_get(run, "failures")), 1);
         MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "status")), "finished");
         json_decref(run);
@@ -421,11 +393,11 @@ static int fail_and_arm(mt_context *c, void *arg)
 
 static void test_retry_preparation_fails(void)
 {
-    mt_trainer_config cfg = config("retry-prepare");
+    mt_trainer_config cfg = mt_test_config("retry-prepare");
     cfg.run.failure.max_failures = 1;
     int calls = 0;
     mt_result *res = NULL;
-    int rc = fit(cfg, fail_and_arm, &calls, &res);
+    int rc = mt_test_fit(cfg, fail_and_arm, &calls, &res);
     unsetenv("MT_TEST_FAIL_AT");
     MT_ASSERT_INT_EQ(rc, MT_EIO);
     MT_ASSERT_INT_EQ(calls, 1);
@@ -433,7 +405,7 @@ static void test_retry_preparation_fails(void)
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), "cannot ready attempt 1 (test failure)");
     mt_result_free(&res);
     if (R() == 0) {
-        json_t *run = json_load_file(run_file("retry-prepare", "run.json"), 0, NULL);
+        json_t *run = json_load_file(mt_test_run_file("retry-prepare", "run.json"), 0, NULL);
         MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "status")), "failed");
         MT_ASSERT_INT_EQ(json_integer_value(json_object_get(run, "failures")), 1);
         json_decref(run);
@@ -444,12 +416,12 @@ static void test_retry_preparation_fails(void)
 
 static void test_corrupt_latest_is_skipped(void)
 {
-    mt_trainer_config cfg = config("corrupt");
+    mt_trainer_config cfg = mt_test_config("corrupt");
     resume_arg a = {.fail_at = 5, .reports = 6};
-    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, NULL), MT_EIO); /* checkpoints at epochs 1, 3 */
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, resumable, &a, NULL), MT_EIO); /* checkpoints at epochs 1, 3 */
     MPI_Barrier(MPI_COMM_WORLD);
     if (R() == 0) { /* truncate the latest: checkpoint_000001 holds epoch 3 */
-        FILE *f = fopen(run_file("corrupt", "checkpoint_000001/checkpoint.h5"), "r+");
+        FILE *f = fopen(mt_test_run_file("corrupt", "checkpoint_000001/checkpoint.h5"), "r+");
         CU_ASSERT_PTR_NOT_NULL(f);
         if (f) {
             CU_ASSERT(ftruncate(fileno(f), 600) == 0);
@@ -457,14 +429,14 @@ static void test_corrupt_latest_is_skipped(void)
         }
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, resumable, &a, NULL), MT_OK);
     MT_ASSERT_INT_EQ(a.restored_epoch, 1); /* the previous good one */
     /* a checksum failure: change data without its CRC */
     cfg.run.name = "checksum";
-    MT_ASSERT_INT_EQ(fit(cfg, resumable, &(resume_arg){.fail_at = 5, .reports = 6}, NULL), MT_EIO);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, resumable, &(resume_arg){.fail_at = 5, .reports = 6}, NULL), MT_EIO);
     MPI_Barrier(MPI_COMM_WORLD);
     if (R() == 0) {
-        hid_t f = H5Fopen(run_file("checksum", "checkpoint_000001/checkpoint.h5"), H5F_ACC_RDWR,
+        hid_t f = H5Fopen(mt_test_run_file("checksum", "checkpoint_000001/checkpoint.h5"), H5F_ACC_RDWR,
                           H5P_DEFAULT);
         CU_ASSERT(f >= 0);
         hid_t d = H5Dopen2(f, "epoch", H5P_DEFAULT);
@@ -475,7 +447,7 @@ static void test_corrupt_latest_is_skipped(void)
         H5Fclose(f);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    MT_ASSERT_INT_EQ(fit(cfg, resumable, &a, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, resumable, &a, NULL), MT_OK);
     MT_ASSERT_INT_EQ(a.restored_epoch, 1);
 }
 
@@ -514,17 +486,17 @@ static void test_bad_inputs(void)
     if (P() > 1) {
         char err[1024];
         mt_result *res = NULL;
-        int rc = fit(config("mismatch"), bad_key_on_one_rank, NULL, &res);
+        int rc = mt_test_fit(mt_test_config("mismatch"), bad_key_on_one_rank, NULL, &res);
         MT_ASSERT_INT_EQ(rc, MT_EMISMATCH);
         snprintf(err, sizeof err, "%s", mt_result_error(res) ? mt_result_error(res) : "");
         MT_ASSERT_STR_CONTAINS(err, "ranks called different collectives");
         mt_result_free(&res);
     }
     /* storage that cannot be written: every rank, before training */
-    mt_trainer_config cfg = config("nowhere");
+    mt_trainer_config cfg = mt_test_config("nowhere");
     cfg.run.storage_path = "/proc/mpitrain-cannot-write-here";
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(cfg, three_reports, NULL, &res), MT_EIO);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, three_reports, NULL, &res), MT_EIO);
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), "rank 0 failed: run.storage_path: cannot create /proc/mpitrain-cannot-write-here");
     mt_result_free(&res);
 }
@@ -564,11 +536,11 @@ static int preemptible(mt_context *c, void *varg)
 
 static void test_frequency_and_preemption(void)
 {
-    mt_trainer_config cfg = config("preempt");
+    mt_trainer_config cfg = mt_test_config("preempt");
     cfg.run.checkpoint.frequency = 3;
     preempt_arg a = {.raise_at = 4};
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(cfg, preemptible, &a, &res), MT_ESTOP);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, preemptible, &a, &res), MT_ESTOP);
     /* every 3rd iteration (3 = index 2), then every report after the stop request (i = 4) */
     int want[6] = {0, 0, 1, 0, 0, 1};
     for (int i = 0; i < 6; i++)
@@ -578,14 +550,14 @@ static void test_frequency_and_preemption(void)
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), "preempted: a stop request");
     mt_result_free(&res);
     if (R() == 0) {
-        json_t *run = json_load_file(run_file("preempt", "run.json"), 0, NULL);
+        json_t *run = json_load_file(mt_test_run_file("preempt", "run.json"), 0, NULL);
         MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "status")), "preempted");
         MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "latest")), "checkpoint_000001");
         json_decref(run);
     }
     /* a rerun resumes after the committed checkpoint and completes */
     preempt_arg b = {.raise_at = -1};
-    MT_ASSERT_INT_EQ(fit(cfg, preemptible, &b, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, preemptible, &b, NULL), MT_OK);
 }
 
 /* ------------------------------------------------------------ metrics: getters, reserved keys */
@@ -651,7 +623,7 @@ static int reserved_on_last_rank(mt_context *c, void *arg)
 static void test_reserved_key_in_report(void)
 {
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(config("reserved"), reserved_on_last_rank, NULL, &res), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("reserved"), reserved_on_last_rank, NULL, &res), MT_EINVAL);
     char want[128];
     snprintf(want, sizeof want, "rank %d failed: metric key \"timestamp\" is reserved", P() - 1);
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), want);
@@ -727,13 +699,13 @@ static int awkward_keys(mt_context *c, void *arg)
 
 static void test_csv_quoting(void)
 {
-    MT_ASSERT_INT_EQ(fit(config("csvq"), awkward_keys, NULL, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("csvq"), awkward_keys, NULL, NULL), MT_OK);
     if (R() != 0)
         return;
     static char f[4][8][128];
     int nf[4] = {0};
     memset(f, 0, sizeof f);
-    int n = csv_parse(run_file("csvq", "progress.csv"), f, 4, nf);
+    int n = csv_parse(mt_test_run_file("csvq", "progress.csv"), f, 4, nf);
     MT_ASSERT_INT_EQ(n, 3);
     /* a,b | say "hi" | n | training_iteration | iterations_since_restore | timestamp |
      * time_this_iter_s | time_total_s */
@@ -835,7 +807,7 @@ static void test_run_lock_refuses_second_owner(void)
     }
     MPI_Barrier(MPI_COMM_WORLD);
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(config("locked"), three_reports, NULL, &res), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("locked"), three_reports, NULL, &res), MT_EINVAL);
     char want[1200];
     snprintf(want, sizeof want, "%s is in use by another job (pid 99999 on host elsewhere, Slurm "
              "job 77, started 2026-01-01 00:00:00 UTC)", dir);
@@ -845,12 +817,12 @@ static void test_run_lock_refuses_second_owner(void)
     mt_result_free(&res);
     if (R() == 0) {
         struct stat st;
-        CU_ASSERT(stat(run_file("locked", "run.json"), &st) != 0);
-        CU_ASSERT(stat(run_file("locked", "params.json"), &st) != 0);
+        CU_ASSERT(stat(mt_test_run_file("locked", "run.json"), &st) != 0);
+        CU_ASSERT(stat(mt_test_run_file("locked", "params.json"), &st) != 0);
         close(fd); /* the other job ends */
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    MT_ASSERT_INT_EQ(fit(config("locked"), three_reports, NULL, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("locked"), three_reports, NULL, NULL), MT_OK);
     if (R() == 0) {
         json_t *rows = rows_of("locked");
         MT_ASSERT_INT_EQ(json_array_size(rows), 3);
@@ -899,7 +871,7 @@ static int file_replaced_before_commit(mt_context *c, void *arg)
 static void test_checkpoint_file_checked_at_commit(void)
 {
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(config("swapped"), file_replaced_before_commit, NULL, &res), MT_EIO);
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("swapped"), file_replaced_before_commit, NULL, &res), MT_EIO);
     char want[1200];
     snprintf(want, sizeof want, "checkpoint file swap.txt: %s/swap-%d is a directory, not a "
              "regular file", mt_test_storage(), P() - 1);
@@ -907,7 +879,7 @@ static void test_checkpoint_file_checked_at_commit(void)
     mt_result_free(&res);
     if (R() == 0) {
         struct stat st;
-        CU_ASSERT(stat(run_file("swapped", "checkpoint_000000"), &st) != 0);
+        CU_ASSERT(stat(mt_test_run_file("swapped", "checkpoint_000000"), &st) != 0);
     }
 }
 

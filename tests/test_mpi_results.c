@@ -23,38 +23,10 @@ static int P(void) { return mt_test_size(); }
 /* rank 0 changed files the others read next */
 static void barrier(void) { MPI_Barrier(MPI_COMM_WORLD); }
 
-static mt_trainer_config config(const char *name)
-{
-    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .name = name,
-                                     .verbose = MT_VERBOSE_SILENT}};
-    return cfg;
-}
-
-static int fit(mt_trainer_config cfg, mt_train_fn fn, void *arg, mt_result **out)
-{
-    mt_trainer *t = NULL;
-    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fn, arg, &cfg), MT_OK);
-    mt_result *r = NULL;
-    int rc = mt_trainer_fit(t, &r);
-    if (out)
-        *out = r;
-    else
-        mt_result_free(&r);
-    mt_trainer_destroy(&t);
-    return rc;
-}
-
 static const char *run_dir(const char *name)
 {
     static char p[1024];
     snprintf(p, sizeof p, "%s/%s", mt_test_storage(), name);
-    return p;
-}
-
-static const char *run_file(const char *name, const char *file)
-{
-    static char p[1200];
-    snprintf(p, sizeof p, "%s/%s/%s", mt_test_storage(), name, file);
     return p;
 }
 
@@ -123,7 +95,7 @@ static void check_history(const mt_result *r)
 static void test_history_from_fit_and_load(void)
 {
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(config("history"), four_reports, NULL, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("history"), four_reports, NULL, &res), MT_OK);
     check_history(res); /* every rank */
     mt_result_free(&res);
     MT_ASSERT_INT_EQ(mt_result_load(run_dir("history"), &res), MT_OK); /* local, any rank */
@@ -138,7 +110,7 @@ static void test_history_from_fit_and_load(void)
     barrier();
     if (R() == 0) { /* the stored log is authoritative: a torn last line is not a row, a
                      * hand-edited key no metric can have is passed over */
-        FILE *f = fopen(run_file("history", "result.json"), "a");
+        FILE *f = fopen(mt_test_run_file("history", "result.json"), "a");
         if (f) {
             fputs("{\"loss\":7,\"a\\nb\":1,\"training_iteration\":5}\n", f);
             fputs("{\"loss\":9,\"training_iteration\":6", f);
@@ -231,9 +203,9 @@ static void check_best(const mt_result *r, bool all_kept)
 
 static void test_best_checkpoint_by_any_metric(void)
 {
-    mt_trainer_config cfg = config("best_all");
+    mt_trainer_config cfg = mt_test_config("best_all");
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(cfg, four_checkpoints, NULL, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, four_checkpoints, NULL, &res), MT_OK);
     check_best(res, true);
     /* the latest checkpoint is usable on every rank: metadata, arrays, data */
     const mt_checkpoint *latest = mt_result_checkpoint(res);
@@ -248,11 +220,11 @@ static void test_best_checkpoint_by_any_metric(void)
     check_best(res, true);
     mt_result_free(&res);
 
-    cfg = config("best_kept");
+    cfg = mt_test_config("best_kept");
     cfg.run.checkpoint.num_to_keep = 1;
     cfg.run.checkpoint.score_attribute = "loss";
     cfg.run.checkpoint.score_order = MT_ORDER_MIN;
-    MT_ASSERT_INT_EQ(fit(cfg, four_checkpoints, NULL, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, four_checkpoints, NULL, &res), MT_OK);
     MT_ASSERT_INT_EQ(mt_result_num_best(res), 2);
     check_best(res, false);
     mt_result_free(&res);
@@ -261,7 +233,7 @@ static void test_best_checkpoint_by_any_metric(void)
     mt_result_free(&res);
 
     /* no checkpoint at all */
-    MT_ASSERT_INT_EQ(fit(config("best_none"), four_reports, NULL, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("best_none"), four_reports, NULL, &res), MT_OK);
     const mt_checkpoint *ck = NULL;
     MT_ASSERT_INT_EQ(mt_result_best_checkpoint(res, "loss", MT_ORDER_MIN, &ck, NULL), MT_ENOTFOUND);
     MT_ASSERT_STR_CONTAINS(mt_last_error(), "keeps no checkpoint");
@@ -336,11 +308,11 @@ static int typed_meta(mt_context *c, void *arg)
 
 static void test_typed_metadata(void)
 {
-    mt_trainer_config cfg = config("typed");
+    mt_trainer_config cfg = mt_test_config("typed");
     cfg.run.failure.max_failures = 1;
     typed_arg a = {0, 0};
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(cfg, typed_meta, &a, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, typed_meta, &a, &res), MT_OK);
     MT_ASSERT_INT_EQ(a.seen, 1);
     MT_ASSERT_INT_EQ(a.failures, 0);
     int bad = 0;
@@ -396,7 +368,7 @@ static bool listed_file(const mt_checkpoint *ck, const char *name)
 static void test_open_by_path(void)
 {
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(config("opened"), with_files, NULL, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("opened"), with_files, NULL, &res), MT_OK);
     mt_result_free(&res);
     char path[1200];
     snprintf(path, sizeof path, "%s/checkpoint_000000", run_dir("opened"));
@@ -456,7 +428,7 @@ static void test_open_by_path(void)
     MT_ASSERT_STR_CONTAINS(mt_last_error(), "is not a checkpoint");
     MT_ASSERT_INT_EQ(mt_checkpoint_open(run_dir("opened"), &ck), MT_EFORMAT); /* a run folder */
     MT_ASSERT_STR_CONTAINS(mt_last_error(), run_dir("opened"));
-    MT_ASSERT_INT_EQ(mt_checkpoint_open(run_file("opened", "run.json"), &ck), MT_EFORMAT);
+    MT_ASSERT_INT_EQ(mt_checkpoint_open(mt_test_run_file("opened", "run.json"), &ck), MT_EFORMAT);
     MT_ASSERT_STR_CONTAINS(mt_last_error(), "run.json is not a checkpoint");
     MT_ASSERT_INT_EQ(mt_checkpoint_open(NULL, &ck), MT_EINVAL);
     MT_ASSERT_INT_EQ(mt_checkpoint_open(path, NULL), MT_EINVAL);
@@ -542,16 +514,16 @@ static int starts_from(mt_context *c, void *arg)
 
 static void test_resume_from_checkpoint(void)
 {
-    MT_ASSERT_INT_EQ(fit(config("from_src"), with_files, NULL, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("from_src"), with_files, NULL, NULL), MT_OK);
     char src[1200];
     snprintf(src, sizeof src, "%s/checkpoint_000000", run_dir("from_src"));
     /* a new run starts from it: the function sees it on its first attempt */
-    mt_trainer_config cfg = config("from_dst");
+    mt_trainer_config cfg = mt_test_config("from_dst");
     cfg.run.resume_from_checkpoint = src;
     cfg.run.failure.max_failures = 1;
     from_arg a = {.fail_first = true};
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(cfg, starts_from, &a, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, starts_from, &a, &res), MT_OK);
     MT_ASSERT_INT_EQ(a.calls, 2);
     MT_ASSERT_INT_EQ(a.with_checkpoint, 2);
     /* the retry resumes from the run's own latest checkpoint, not the source */
@@ -563,7 +535,7 @@ static void test_resume_from_checkpoint(void)
     /* without a failure: the source's data on the first attempt, iterations from 0 */
     cfg.run.name = "from_dst2";
     from_arg b = {0};
-    MT_ASSERT_INT_EQ(fit(cfg, starts_from, &b, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, starts_from, &b, &res), MT_OK);
     MT_ASSERT_INT_EQ(b.with_checkpoint, 1);
     MT_ASSERT_STR_CONTAINS(b.path, "from_src/checkpoint_000000");
     CU_ASSERT_DOUBLE_EQUAL(b.w0, 0.5, 0);
@@ -574,7 +546,7 @@ static void test_resume_from_checkpoint(void)
     MT_ASSERT_INT_EQ(it, 1);
     mt_result_free(&res);
     if (R() == 0) { /* params.json records where the run started */
-        json_t *p = json_load_file(run_file("from_dst2", "params.json"), 0, NULL);
+        json_t *p = json_load_file(mt_test_run_file("from_dst2", "params.json"), 0, NULL);
         MT_ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(p, "run"),
                                                            "resume_from_checkpoint")), src);
         json_decref(p);
@@ -585,14 +557,14 @@ static void test_resume_from_checkpoint(void)
     cfg.run.name = "from_bad";
     cfg.run.resume_from_checkpoint = bad;
     from_arg c = {0};
-    MT_ASSERT_INT_EQ(fit(cfg, starts_from, &c, &res), MT_EFORMAT);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, starts_from, &c, &res), MT_EFORMAT);
     MT_ASSERT_INT_EQ(c.calls, 0);
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), "run.resume_from_checkpoint: ");
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), bad);
     mt_result_free(&res);
     snprintf(bad, sizeof bad, "%s/nowhere", mt_test_storage());
     cfg.run.name = "from_bad2";
-    MT_ASSERT_INT_EQ(fit(cfg, starts_from, &c, &res), MT_EFORMAT);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, starts_from, &c, &res), MT_EFORMAT);
     MT_ASSERT_INT_EQ(c.calls, 0);
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), bad);
     mt_result_free(&res);
@@ -654,14 +626,14 @@ static int tr_fit(mt_trainer_config cfg, int64_t iterations, counter *k)
 
 static void test_trainable_resumes_from_checkpoint(void)
 {
-    mt_trainer_config cfg = config("tr_src");
+    mt_trainer_config cfg = mt_test_config("tr_src");
     cfg.run.checkpoint.at_end = true; /* mt.done "1" at iteration 5 */
     counter src = {0};
     MT_ASSERT_INT_EQ(tr_fit(cfg, 5, &src), MT_OK);
     CU_ASSERT_DOUBLE_EQUAL(src.w, 5, 0);
     char from[1200];
     snprintf(from, sizeof from, "%s/checkpoint_000000", run_dir("tr_src"));
-    cfg = config("tr_dst");
+    cfg = mt_test_config("tr_dst");
     cfg.run.resume_from_checkpoint = from;
     counter dst = {0};
     MT_ASSERT_INT_EQ(tr_fit(cfg, 3, &dst), MT_OK);
@@ -702,11 +674,11 @@ static int counted_reports_loss(mt_context *c, void *arg)
 
 static void test_score_attribute_must_be_reported(void)
 {
-    mt_trainer_config cfg = config("score_missing");
+    mt_trainer_config cfg = mt_test_config("score_missing");
     cfg.run.checkpoint.score_attribute = "val_acc";
     int ok = 0;
     mt_result *res = NULL;
-    int rc = fit(cfg, reports_loss, &ok, &res);
+    int rc = mt_test_fit(cfg, reports_loss, &ok, &res);
     MT_ASSERT_INT_EQ(rc, MT_EINVAL); /* the same code on every rank */
     MT_ASSERT_INT_EQ(ok, 0);
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), "run.checkpoint.score_attribute \"val_acc\" is "
@@ -717,19 +689,19 @@ static void test_score_attribute_must_be_reported(void)
     cfg.run.name = "score_forever";
     cfg.run.failure.max_failures = -1;
     int calls = 0;
-    MT_ASSERT_INT_EQ(fit(cfg, counted_reports_loss, &calls, NULL), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, counted_reports_loss, &calls, NULL), MT_EINVAL);
     MT_ASSERT_INT_EQ(calls, 1);
     cfg.run.failure.max_failures = 0;
     /* a reported key, or an automatic one, is fine */
     cfg.run.name = "score_auto";
     cfg.run.checkpoint.score_attribute = "training_iteration";
     ok = 0;
-    MT_ASSERT_INT_EQ(fit(cfg, reports_loss, &ok, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, reports_loss, &ok, NULL), MT_OK);
     MT_ASSERT_INT_EQ(ok, 2);
     cfg.run.name = "score_ok";
     cfg.run.checkpoint.score_attribute = "val/acc";
     ok = 0;
-    MT_ASSERT_INT_EQ(fit(cfg, reports_loss, &ok, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, reports_loss, &ok, NULL), MT_OK);
     MT_ASSERT_INT_EQ(ok, 2);
 }
 
@@ -762,19 +734,19 @@ static int reports_stored(mt_context *c, void *arg)
  * checkpoint as the latest. Refused on every rank, not retried, nothing committed. */
 static void test_stored_checkpoint_not_reported(void)
 {
-    mt_trainer_config cfg = config("stored_report");
+    mt_trainer_config cfg = mt_test_config("stored_report");
     cfg.run.failure.max_failures = 2;
     int second = 0;
-    MT_ASSERT_INT_EQ(fit(cfg, reports_stored, &second, NULL), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, reports_stored, &second, NULL), MT_EINVAL);
     /* every rank refuses its own: the lowest rank's code wins, the others are told */
     CU_ASSERT(second == MT_EINVAL || (R() != 0 && second == MT_EPEER));
     MPI_Barrier(MPI_COMM_WORLD);
     if (R() == 0) {
-        json_t *run = json_load_file(run_file("stored_report", "run.json"), 0, NULL);
+        json_t *run = json_load_file(mt_test_run_file("stored_report", "run.json"), 0, NULL);
         MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "latest")), "checkpoint_000000");
         json_decref(run);
         struct stat st;
-        CU_ASSERT(stat(run_file("stored_report", "checkpoint_000001"), &st) != 0);
+        CU_ASSERT(stat(mt_test_run_file("stored_report", "checkpoint_000001"), &st) != 0);
     }
 }
 
@@ -798,17 +770,17 @@ static int always_fails(mt_context *c, void *arg)
 
 static json_t *run_json(const char *name)
 {
-    return json_load_file(run_file(name, "run.json"), 0, NULL);
+    return json_load_file(mt_test_run_file(name, "run.json"), 0, NULL);
 }
 
 static void test_counters_across_restarts(void)
 {
     /* every failed attempt is counted, the last one too */
-    mt_trainer_config cfg = config("counted");
+    mt_trainer_config cfg = mt_test_config("counted");
     cfg.run.failure.max_failures = 1;
     int fail = 1;
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit(cfg, always_fails, &fail, &res), MT_EIO);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, always_fails, &fail, &res), MT_EIO);
     MT_ASSERT_INT_EQ(mt_result_attempts(res), 2);
     /* the retry resumed after row 1: its row is its attempt's first */
     MT_ASSERT_INT_EQ(mt_result_num_rows(res), 2);
@@ -828,11 +800,11 @@ static void test_counters_across_restarts(void)
         MT_ASSERT_INT_EQ(json_integer_value(json_object_get(j, "failures")), 2);
         MT_ASSERT_INT_EQ(json_integer_value(json_object_get(j, "attempts")), 2);
         json_decref(j);
-        CU_ASSERT(stat(run_file("counted", "error.txt"), &st) == 0);
+        CU_ASSERT(stat(mt_test_run_file("counted", "error.txt"), &st) == 0);
     }
     /* the rerun finishes: failures stay counted, error.txt is gone */
     fail = 0;
-    MT_ASSERT_INT_EQ(fit(cfg, always_fails, &fail, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, always_fails, &fail, &res), MT_OK);
     CU_ASSERT_PTR_NULL(mt_result_error(res));
     mt_result_free(&res);
     if (R() == 0) {
@@ -840,23 +812,23 @@ static void test_counters_across_restarts(void)
         MT_ASSERT_INT_EQ(json_integer_value(json_object_get(j, "failures")), 2);
         MT_ASSERT_STR_EQ(json_string_value(json_object_get(j, "status")), "finished");
         json_decref(j);
-        CU_ASSERT(stat(run_file("counted", "error.txt"), &st) != 0);
+        CU_ASSERT(stat(mt_test_run_file("counted", "error.txt"), &st) != 0);
     }
 
     /* a crash: run.json still says "running" with the time of before the attempt (the
      * crashed attempt never saved its own), its rows say how long it ran */
-    cfg = config("crashed");
+    cfg = mt_test_config("crashed");
     fail = 1;
-    MT_ASSERT_INT_EQ(fit(cfg, always_fails, &fail, NULL), MT_EIO);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, always_fails, &fail, NULL), MT_EIO);
     barrier();
     if (R() == 0) {
         json_t *j = run_json("crashed");
         json_object_set_new(j, "status", json_string("running"));
         json_object_set_new(j, "time_total_s", json_real(0));
-        json_dump_file(j, run_file("crashed", "run.json"), 0);
+        json_dump_file(j, mt_test_run_file("crashed", "run.json"), 0);
         json_decref(j);
-        unlink(run_file("crashed", "error.txt"));
-        FILE *f = fopen(run_file("crashed", "result.json"), "r");
+        unlink(mt_test_run_file("crashed", "error.txt"));
+        FILE *f = fopen(mt_test_run_file("crashed", "result.json"), "r");
         char line[8192] = "";
         if (f) {
             CU_ASSERT_PTR_NOT_NULL(fgets(line, sizeof line, f));
@@ -865,7 +837,7 @@ static void test_counters_across_restarts(void)
         json_t *row = json_loads(line, 0, NULL);
         json_object_set_new(row, "time_total_s", json_real(1000.0));
         char *text = json_dumps(row, JSON_COMPACT);
-        f = fopen(run_file("crashed", "result.json"), "w");
+        f = fopen(mt_test_run_file("crashed", "result.json"), "w");
         if (f && text) {
             fprintf(f, "%s\n", text);
             fclose(f);
@@ -875,7 +847,7 @@ static void test_counters_across_restarts(void)
     }
     barrier();
     fail = 0;
-    MT_ASSERT_INT_EQ(fit(cfg, always_fails, &fail, &res), MT_OK);
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, always_fails, &fail, &res), MT_OK);
     MT_ASSERT_INT_EQ(mt_result_num_rows(res), 2);
     double before = 0, after = 0;
     MT_ASSERT_INT_EQ(mt_metrics_get_f64(mt_result_row(res, 0), "time_total_s", &before), MT_OK);
@@ -889,7 +861,7 @@ static void test_counters_across_restarts(void)
         MT_ASSERT_INT_EQ(json_integer_value(json_object_get(j, "failures")), 2);
         CU_ASSERT(json_real_value(json_object_get(j, "time_total_s")) >= 1000.0);
         json_decref(j);
-        CU_ASSERT(stat(run_file("crashed", "error.txt"), &st) != 0);
+        CU_ASSERT(stat(mt_test_run_file("crashed", "error.txt"), &st) != 0);
     }
 }
 
@@ -911,7 +883,7 @@ static void test_result_fails_on_one_rank(void)
         char name[64];
         snprintf(name, sizeof name, "one_fails_%d", victim);
         mt_result *res = (mt_result *)1;
-        int rc = fit(config(name), four_reports, NULL, &res);
+        int rc = mt_test_fit(mt_test_config(name), four_reports, NULL, &res);
         unsetenv("MT_TEST_FAIL_AT");
         int who = rows ? 0 : victim;
         MT_ASSERT_INT_EQ(rc, R() == who ? (rows ? MT_EIO : MT_ENOMEM) : MT_EPEER);
