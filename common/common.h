@@ -64,6 +64,10 @@ char *mt__strdup(const char *s);
 int mt__grow(void *arr, size_t *cap, size_t need, size_t size);
 #define MT__GROW(p, cap, need) mt__grow(&(p), &(cap), (need), sizeof *(p))
 
+/* CRC-32 of len bytes after crc (start from 0), the number zlib's crc32 gives, at memory
+ * speed where the CPU has carry-less multiplication (crc32.c). Thread-safe. */
+uint32_t mt__crc32(uint32_t crc, const void *data, size_t len);
+
 /* File-system helpers (files.c); each failure records MT_EIO naming the file and the
  * system's reason. mt__mkdirs: the folder and its parents, and it must be writable.
  * mt__rmtree: a file or folder tree, a link removed and never followed; gone already is
