@@ -814,6 +814,38 @@ static void test_checkpoint_writer_reader(void)
     mt__ckpt_reader_close(&r);
 }
 
+/* mt__crc32, the checksum of every checkpoint array: the number zlib's crc32 gives, for
+ * every length to 1 KiB at every alignment, from any starting value, fed whole or in
+ * pieces of any size (what the commit does), and on 64 MiB + 13 bytes. */
+static void test_checkpoint_crc32(void)
+{
+    size_t big = ((size_t)64 << 20) + 13;
+    unsigned char *b = malloc(big);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < big; i++) {
+        x = x * 1103515245u + 12345u;
+        b[i] = (unsigned char)(x >> 16);
+    }
+    int wrong = 0, cases = 0;
+    for (size_t len = 0; len <= 1024; len++)
+        for (size_t align = 0; align < 16; align++, cases++) {
+            uint32_t start = (uint32_t)(len * 2654435761u);
+            wrong += mt__crc32(0, b + align, len) !=
+                     (uint32_t)crc32(0, (const Bytef *)b + align, (uInt)len);
+            wrong += mt__crc32(start, b + align, len) !=
+                     (uint32_t)crc32(start, (const Bytef *)b + align, (uInt)len);
+        }
+    MT_ASSERT_INT_EQ(wrong, 0);
+    MT_ASSERT_INT_EQ(cases, 1025 * 16);
+    uint32_t whole = (uint32_t)crc32(0, b, (uInt)big), pieces = 0;
+    CU_ASSERT_EQUAL(mt__crc32(0, b, big), whole);
+    for (size_t off = 0, n = 1; off < big; off += n, n = n * 3 + 7)
+        pieces = mt__crc32(pieces, b + off, big - off < n ? big - off : n);
+    CU_ASSERT_EQUAL(pieces, whole);
+    free(b);
+}
+
 static const mt_test tests[] = {
     {"idx_round_trip", test_idx_round_trip},
     {"idx_fashion_mnist", test_idx_fashion_mnist},
@@ -825,6 +857,7 @@ static const mt_test tests[] = {
     {"checkpoint_file_bounds", test_checkpoint_file_bounds},
     {"checkpoint_header", test_checkpoint_header},
     {"checkpoint_writer_reader", test_checkpoint_writer_reader},
+    {"checkpoint_crc32", test_checkpoint_crc32},
     {"run_json_names", test_run_json_names},
     {"convert_matches_hdf5", test_convert_matches_hdf5},
     {NULL, NULL},
