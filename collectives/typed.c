@@ -76,11 +76,9 @@ int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op)
         return rc;
     size_t es = mt_dtype_size(t);
     mt__watch_data();
-    for (size_t off = 0; off < count; off += chunk_elems) {
-        size_t n = count - off < chunk_elems ? count - off : chunk_elems;
+    MT__CHUNKS(off, n, count, chunk_elems)
         MT__MPI(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)n, mpi_type(t),
                               mpi_op(op), c->comm), out);
-    }
     if (op == MT_MEAN)
         divide(buf, count, t, c->size);
 out:
@@ -102,10 +100,8 @@ int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root)
         return rc;
     size_t es = mt_dtype_size(t);
     mt__watch_data();
-    for (size_t off = 0; off < count; off += chunk_elems) {
-        size_t n = count - off < chunk_elems ? count - off : chunk_elems;
+    MT__CHUNKS(off, n, count, chunk_elems)
         MT__MPI(MPI_Bcast((char *)buf + off * es, (int)n, mpi_type(t), root, c->comm), out);
-    }
 out:
     mt__watch_leave();
     return rc;
@@ -149,10 +145,9 @@ int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dt
                               c->comm), out);
         goto out;
     }
-    for (size_t off = 0; off < count && !rc; off += chunk_elems) {
-        size_t n = count - off < chunk_elems ? count - off : chunk_elems;
-        rc = allgather_chunk(c, send, recv, count, off, n, t);
-    }
+    MT__CHUNKS(off, n, count, chunk_elems)
+        if ((rc = allgather_chunk(c, send, recv, count, off, n, t)))
+            break;
 out:
     mt__watch_leave();
     return rc;

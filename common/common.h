@@ -64,6 +64,18 @@ char *mt__strdup(const char *s);
 int mt__grow(void *arr, size_t *cap, size_t need, size_t size);
 #define MT__GROW(p, cap, need) mt__grow(&(p), &(cap), (need), sizeof *(p))
 
+/* The pieces [off, off + n) of [0, total) in order, each at most chunk (> 0) long: the one
+ * loop of every transfer made in pieces (MPI counts are int, buffers are bounded).
+ *     MT__CHUNKS(off, n, count, chunk) MPI_Bcast(p + off, (int)n, ...);
+ * total and chunk are evaluated at every step. */
+#define MT__CHUNKS(off, n, total, chunk)                                                   \
+    for (size_t off = 0, n = mt__chunk_len(0, (total), (chunk)); off < (total);            \
+         off += n, n = mt__chunk_len(off, (total), (chunk)))
+static inline size_t mt__chunk_len(size_t off, size_t total, size_t chunk)
+{
+    return total - off < chunk ? total - off : chunk;
+}
+
 /* CRC-32 of len bytes after crc (start from 0), the number zlib's crc32 gives, at memory
  * speed where the CPU has carry-less multiplication (crc32.c). Thread-safe. */
 uint32_t mt__crc32(uint32_t crc, const void *data, size_t len);
