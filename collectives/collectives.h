@@ -141,9 +141,12 @@ int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t ch
  * without holding a CPU (mt__stream_await), so they do not spin while rank 0 writes. */
 int mt__stream_done(mt__comm *c);
 int mt__stream_await(mt__comm *c);
-/* Receives len bytes from `from` in pieces of at most chunk bytes into buf (chunk bytes),
- * calling consume for each piece; after consume fails, drains the rest. */
-int mt__stream_recv(mt__comm *c, int from, size_t len, void *buf, size_t chunk,
+/* Receives len bytes from `from` in pieces of at most chunk bytes, alternately into buf[0]
+ * and buf[1] (chunk bytes each; the same buffer twice for one), calling consume for each
+ * piece: a consumer may go on using one piece while the next arrives in the other buffer,
+ * as long as it is done with a buffer when its consume call for the piece after returns.
+ * After consume fails, drains the rest (alternating the same way). */
+int mt__stream_recv(mt__comm *c, int from, size_t len, void *const buf[2], size_t chunk,
                     int (*consume)(const void *piece, size_t n, size_t offset, void *arg),
                     void *arg);
 

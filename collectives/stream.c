@@ -130,10 +130,8 @@ int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root)
 {
     int rc = MT_OK;
     mt__watch_data();
-    for (size_t off = 0; off < len; off += (size_t)1 << 30) {
-        size_t n = len - off < ((size_t)1 << 30) ? len - off : (size_t)1 << 30;
+    MT__CHUNKS(off, n, len, (size_t)1 << 30)
         MT__MPI(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, c->comm), out);
-    }
 out:
     mt__watch_leave();
     return rc;
@@ -163,13 +161,13 @@ int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t ch
 {
     int rc = MT_OK;
     mt__watch_data();
-    for (size_t off = 0; off < len && !rc; off += chunk) {
-        size_t n = len - off < chunk ? len - off : chunk;
+    MT__CHUNKS(off, n, len, chunk) {
         MPI_Request r;
         MT__MPI(MPI_Isend((const char *)data + off, (int)n, MPI_BYTE, to, TAG_STREAM, c->comm,
                           &r),
                 out);
-        rc = wait_politely(&r);
+        if ((rc = wait_politely(&r)))
+            break;
     }
 out:
     mt__watch_leave();
@@ -197,21 +195,25 @@ out:
     return rc;
 }
 
-int mt__stream_recv(mt__comm *c, int from, size_t len, void *buf, size_t chunk,
+int mt__stream_recv(mt__comm *c, int from, size_t len, void *const buf[2], size_t chunk,
                     int (*consume)(const void *piece, size_t n, size_t offset, void *arg),
                     void *arg)
 {
-    int rc = MT_OK, mpi_rc = MT_OK;
+    int rc = MT_OK, mpi_rc = MT_OK, k = 0;
     mt__watch_data();
-    for (size_t off = 0; off < len; off += chunk) {
-        size_t n = len - off < chunk ? len - off : chunk;
-        int e = MPI_Recv(buf, (int)n, MPI_BYTE, from, TAG_STREAM, c->comm, MPI_STATUS_IGNORE);
+    MT__CHUNKS(off, n, len, chunk) {
+        void *into = buf[k++ % 2];
+        int e;
+        {
+            MT__TRACE("collective", "stream_recv");
+            e = MPI_Recv(into, (int)n, MPI_BYTE, from, TAG_STREAM, c->comm, MPI_STATUS_IGNORE);
+        }
         if (e != MPI_SUCCESS) {
             mpi_rc = mt__mpi_error(e, "MPI_Recv (stream)");
             break;
         }
         if (!rc)
-            rc = consume(buf, n, off, arg); /* after a failure, drain without consuming */
+            rc = consume(into, n, off, arg); /* after a failure, drain without consuming */
     }
     mt__watch_leave();
     return mpi_rc ? mpi_rc : rc;

@@ -57,6 +57,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,7 +172,7 @@ static int file_crc(int fd, uint64_t size, const region *r, int n, uint32_t *out
         errno = ENOMEM;
         return -1;
     }
-    uLong c = crc32(0, NULL, 0);
+    uint32_t c = 0;
     uint64_t at = UB_SIZE;
     for (int i = 0; i <= n; i++) {
         uint64_t end = i < n ? r[i].off : size;
@@ -181,14 +182,14 @@ static int file_crc(int fd, uint64_t size, const region *r, int n, uint32_t *out
                 free(buf);
                 return -1;
             }
-            c = crc32(c, buf, (uInt)k);
+            c = mt__crc32(c, buf, k);
             at += k;
         }
         if (i < n)
             at = r[i].off + r[i].len;
     }
     free(buf);
-    *out = (uint32_t)c;
+    *out = c;
     return 0;
 }
 
@@ -305,8 +306,11 @@ static int write_header(const char *path, regions *R, bool sync)
         if (w != (ssize_t)UB_SIZE)
             err = w < 0 ? errno : EIO;
     }
-    if (!err && sync && fsync(fd))
-        err = errno;
+    if (!err && sync) {
+        MT__TRACE("checkpoint", "fsync");
+        if (fsync(fd))
+            err = errno;
+    }
     if (fd >= 0 && close(fd) && !err)
         err = errno;
     free(ub);
@@ -1061,12 +1065,36 @@ void mt__ckpt_close_array(hid_t ds)
 /* ------------------------------------------------------------ writer and reader objects */
 
 /* What the runtime holds while it writes or reads checkpoint.h5: the file and the one
- * array in progress, behind a type that carries no HDF5 handle across the layer. */
+ * array in progress, behind a type that carries no HDF5 handle across the layer.
+ *
+ * A writer has a thread of its own for rows handed over with mt__ckpt_writer_queue: it
+ * writes them in order (HDF5 under the process-wide lock, then starts their writeback)
+ * while the caller receives the next piece into another buffer, so the receive, the copy
+ * into the page cache and the disk overlap instead of taking turns. Everything but the
+ * queue (the file, the array) is touched by the caller only when nothing is queued. The
+ * first failure stops the writing of later pieces (they are skipped, not read); its
+ * message goes back to the caller's thread. Without a thread (it could not be started),
+ * queued rows are written at once, with the same results. */
+#define QUEUE_CAP 2
+
+typedef struct {
+    uint64_t row, nrows;
+    const void *data;
+} queued;
+
 struct mt__ckpt_writer {
     char *path;
     hid_t f, ds;  /* the file; the array begun and not yet ended (or invalid) */
     mt_dtype t;
     int kick_fd;  /* the file, to start its writeback early (-1: none) */
+    pthread_t thread;
+    bool threaded, quit;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* a piece queued, written, or quit */
+    queued q[QUEUE_CAP];
+    int head, n;             /* n: queued and not yet written (the one being written too) */
+    int status;              /* the first failure, its message in why */
+    char why[MT__MSG_LEN];
 };
 
 struct mt__ckpt_reader {
@@ -1091,6 +1119,8 @@ int mt__ckpt_writer_create(const char *path, mt__ckpt_writer **out)
         return rc;
     }
     w->kick_fd = open(path, O_RDONLY | O_CLOEXEC);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
     *out = w;
     return MT_OK;
 }
@@ -1102,24 +1132,118 @@ int mt__ckpt_writer_begin(mt__ckpt_writer *w, const char *name, mt_dtype t, int 
     return mt__ckpt_add_array(w->f, name, t, ndim, dims, &w->ds);
 }
 
-int mt__ckpt_writer_rows(mt__ckpt_writer *w, uint64_t row, uint64_t nrows, const void *data)
+/* One piece into the file; the disk starts on its pages at once, instead of all at the
+ * final fsync. */
+static int write_queued(mt__ckpt_writer *w, const queued *p)
 {
-    int rc = mt__ckpt_rows(w->ds, w->t, row, nrows, (void *)data, true);
-    /* the disk starts on these pages now, while the caller sums them and takes the next
-     * piece, instead of all at the final fsync */
+    int rc;
+    {
+        MT__TRACE("checkpoint", "h5write");
+        rc = mt__ckpt_rows(w->ds, w->t, p->row, p->nrows, (void *)p->data, true);
+    }
+    MT__TRACE("checkpoint", "writeback");
     if (!rc && w->kick_fd >= 0)
         sync_file_range(w->kick_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     return rc;
 }
 
+/* With w->mu held: the piece at the head is done (rc its outcome). */
+static void piece_done(mt__ckpt_writer *w, int rc)
+{
+    if (rc && !w->status) {
+        w->status = rc;
+        snprintf(w->why, sizeof w->why, "%s", mt_last_error());
+    }
+    w->head = (w->head + 1) % QUEUE_CAP;
+    w->n--;
+    pthread_cond_broadcast(&w->cv);
+}
+
+static void *writer_thread(void *arg)
+{
+    mt__ckpt_writer *w = arg;
+    mt__trace_thread("checkpoint writer");
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->n == 0 && !w->quit)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->n == 0)
+            break;
+        queued p = w->q[w->head];
+        bool skip = w->status != MT_OK;
+        pthread_mutex_unlock(&w->mu);
+        int rc = skip ? MT_OK : write_queued(w, &p);
+        pthread_mutex_lock(&w->mu);
+        piece_done(w, rc);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+int mt__ckpt_writer_queue(mt__ckpt_writer *w, uint64_t row, uint64_t nrows, const void *data)
+{
+    queued p = {row, nrows, data};
+    pthread_mutex_lock(&w->mu);
+    if (!w->threaded && !w->quit) /* quit: it could not be started; write at once */
+        w->threaded = pthread_create(&w->thread, NULL, writer_thread, w) == 0;
+    w->quit = !w->threaded;
+    if (!w->threaded) {
+        w->n++; /* as if queued: piece_done takes it back */
+        int rc = w->status ? MT_OK : write_queued(w, &p);
+        piece_done(w, rc);
+        pthread_mutex_unlock(&w->mu);
+        return MT_OK;
+    }
+    while (w->n == QUEUE_CAP)
+        pthread_cond_wait(&w->cv, &w->mu);
+    w->q[(w->head + w->n) % QUEUE_CAP] = p;
+    w->n++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return MT_OK;
+}
+
+int mt__ckpt_writer_wait(mt__ckpt_writer *w, int pending)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->n > pending)
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->status;
+    if (rc)
+        mt__error_set_text(w->why);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int mt__ckpt_writer_rows(mt__ckpt_writer *w, uint64_t row, uint64_t nrows, const void *data)
+{
+    int rc = mt__ckpt_writer_queue(w, row, nrows, data);
+    return rc ? rc : mt__ckpt_writer_wait(w, 0);
+}
+
+/* The thread ends once the queue is empty. */
+static void writer_stop(mt__ckpt_writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    bool join = w->threaded;
+    w->quit = true;
+    w->threaded = false;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (join)
+        pthread_join(w->thread, NULL);
+}
+
 int mt__ckpt_writer_end(mt__ckpt_writer *w, int layout, uint32_t crc, const int64_t *offsets,
                         int noffsets)
 {
+    int rc = mt__ckpt_writer_wait(w, 0);
     if (w->ds < 0) /* never begun (an earlier failure) */
-        return MT_OK;
+        return rc;
     hid_t ds = w->ds;
     w->ds = H5I_INVALID_HID;
-    return mt__ckpt_finish_array(ds, layout, crc, offsets, noffsets);
+    int e = mt__ckpt_finish_array(ds, layout, crc, offsets, noffsets);
+    return rc ? rc : e;
 }
 
 int mt__ckpt_writer_meta(mt__ckpt_writer *w, const char *key, int type, const char *value)
@@ -1133,6 +1257,9 @@ int mt__ckpt_writer_close(mt__ckpt_writer **wp, int status)
     if (!w)
         return status;
     *wp = NULL;
+    writer_stop(w);
+    if (!status)
+        status = mt__ckpt_writer_wait(w, 0);
     if (w->ds >= 0)
         mt__ckpt_close_array(w->ds);
     if (!status)
@@ -1142,6 +1269,8 @@ int mt__ckpt_writer_close(mt__ckpt_writer **wp, int status)
         status = e;
     if (w->kick_fd >= 0)
         close(w->kick_fd);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
     free(w->path);
     free(w);
     return status;

@@ -118,8 +118,17 @@ typedef struct mt__ckpt_writer mt__ckpt_writer;
 int mt__ckpt_writer_create(const char *path, mt__ckpt_writer **out);
 int mt__ckpt_writer_begin(mt__ckpt_writer *w, const char *name, mt_dtype t, int ndim,
                           const uint64_t *dims);
+/* Rows written before it returns: MT_OK, or the first failure of this or any queued piece. */
 int mt__ckpt_writer_rows(mt__ckpt_writer *w, uint64_t row, uint64_t nrows, const void *data);
-/* A no-op (MT_OK) when the array was not begun successfully. */
+/* Rows handed to the writer's thread, written in the order queued while the caller goes
+ * on; data must stay as it is until mt__ckpt_writer_wait says the piece is written. Waits
+ * while two pieces are queued already. After a failure, later pieces are skipped. */
+int mt__ckpt_writer_queue(mt__ckpt_writer *w, uint64_t row, uint64_t nrows, const void *data);
+/* Waits until at most `pending` queued pieces are not yet written (0: all are); returns
+ * the first failure of any piece (its message recorded in this thread), else MT_OK. */
+int mt__ckpt_writer_wait(mt__ckpt_writer *w, int pending);
+/* Waits for the queued rows first; a no-op (their status) when the array was not begun
+ * successfully. */
 int mt__ckpt_writer_end(mt__ckpt_writer *w, int layout, uint32_t crc, const int64_t *offsets,
                         int noffsets);
 int mt__ckpt_writer_meta(mt__ckpt_writer *w, const char *key, int type, const char *value);

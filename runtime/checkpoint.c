@@ -31,6 +31,13 @@ size_t mt__ck_row_chunk(size_t row_bytes)
     return b < row_bytes ? row_bytes : b / row_bytes * row_bytes;
 }
 
+size_t mt__ck_stream_chunk(size_t row_bytes)
+{
+    size_t half = mt__ck_buffer_bytes() / 2;
+    return row_bytes && row_bytes <= half ? half / row_bytes * row_bytes
+                                          : mt__ck_row_chunk(row_bytes);
+}
+
 /* ------------------------------------------------------------ the handle */
 
 mt_checkpoint *mt__ck_new(mt__ck_kind kind)

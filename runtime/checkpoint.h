@@ -73,6 +73,10 @@ const char *mt__ck_where(const mt_checkpoint *ck);
 size_t mt__ck_buffer_bytes(void);
 /* A chunk size that is a whole number of rows (at least one row). */
 size_t mt__ck_row_chunk(size_t row_bytes);
+/* The piece size of a commit's row stream (sender and receiver must agree): whole rows in
+ * half the buffer, so rank 0 receives into one half while the other is written; rows
+ * larger than half the buffer take all of it (one piece at a time). */
+size_t mt__ck_stream_chunk(size_t row_bytes);
 
 /* A file the checkpoint can copy: a readable regular file (following links); errors
  * are `code`, naming what and name. */
