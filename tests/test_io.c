@@ -814,6 +814,56 @@ static void test_checkpoint_writer_reader(void)
     mt__ckpt_reader_close(&r);
 }
 
+/* The writer's queue: pieces queued back to back are written in order from the caller's
+ * memory and read back whole; a queued piece that fails (rows past the array's end) is
+ * the error of the next wait, in the waiting thread, naming the file and the array;
+ * pieces queued after it are skipped; closing returns the failure and leaves a closed
+ * file with its checksum header. */
+static void test_checkpoint_writer_queue(void)
+{
+    enum { ROWS = 64 };
+    int64_t v[ROWS], back[ROWS] = {0};
+    for (int i = 0; i < ROWS; i++)
+        v[i] = 1000 + i;
+    char path[400], failed[400];
+    snprintf(path, sizeof path, "%s/queue.h5", dir);
+    snprintf(failed, sizeof failed, "%s/queue_failed.h5", dir);
+    mt__ckpt_writer *w = NULL;
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_create(path, &w), MT_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_begin(w, "v", MT_I64, 1, (uint64_t[]){ROWS}), MT_OK);
+    for (int i = 0; i < ROWS; i += 8)
+        MT_ASSERT_INT_EQ(mt__ckpt_writer_queue(w, (uint64_t)i, 8, v + i), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_wait(w, 0), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_end(w, MT_REPLICATED, mt__crc32(0, v, sizeof v), NULL, 0),
+                     MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_close(&w, MT_OK), MT_OK);
+    mt__ckpt_reader *r = NULL;
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_open(path, &r), MT_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_array(r, "v", MT_I64), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_rows(r, 0, ROWS, back), MT_OK);
+    CU_ASSERT(memcmp(back, v, sizeof v) == 0);
+    mt__ckpt_reader_close(&r);
+
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_create(failed, &w), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_begin(w, "v", MT_I64, 1, (uint64_t[]){8}), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_queue(w, 0, 8, v), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_queue(w, 4, 8, v), MT_OK); /* rows 4..12 of 8 */
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_queue(w, 0, 8, v + 8), MT_OK); /* skipped */
+    mt__error_clear();
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_wait(w, 0), MT_EIO);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "queue_failed.h5: array v: write of rows 4..12");
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_wait(w, 1), MT_EIO); /* it stays the writer's status */
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_end(w, MT_REPLICATED, 0, NULL, 0), MT_EIO);
+    MT_ASSERT_INT_EQ(mt__ckpt_writer_close(&w, MT_EIO), MT_EIO);
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_open(failed, &r), MT_OK); /* closed, with its header */
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_array(r, "v", MT_I64), MT_OK);
+    MT_ASSERT_INT_EQ(mt__ckpt_reader_rows(r, 0, 8, back), MT_OK);
+    CU_ASSERT(memcmp(back, v, 8 * sizeof *v) == 0); /* the skipped piece wrote nothing */
+    mt__ckpt_reader_close(&r);
+}
+
 /* mt__crc32, the checksum of every checkpoint array: the number zlib's crc32 gives, for
  * every length to 1 KiB at every alignment, from any starting value, fed whole or in
  * pieces of any size (what the commit does), and on 64 MiB + 13 bytes. */
@@ -858,6 +908,7 @@ static const mt_test tests[] = {
     {"checkpoint_header", test_checkpoint_header},
     {"checkpoint_writer_reader", test_checkpoint_writer_reader},
     {"checkpoint_crc32", test_checkpoint_crc32},
+    {"checkpoint_writer_queue", test_checkpoint_writer_queue},
     {"run_json_names", test_run_json_names},
     {"convert_matches_hdf5", test_convert_matches_hdf5},
     {NULL, NULL},
