@@ -883,6 +883,104 @@ static void test_checkpoint_file_checked_at_commit(void)
     }
 }
 
+/* A commit that fails part-way through its rows, on one rank (MT_CHECKPOINT_BUFFER of
+ * 4 KiB: eight pieces per rank): rank 0 failing to write its second piece while it
+ * receives (commit-write), the last rank failing after its first piece while rank 0
+ * waits for the rest (commit-send), or every rank refusing a row larger than the buffer.
+ * Every rank returns from that report, the failing one with its own error, the others
+ * MT_EPEER naming it; nothing is published and no .tmp is left; the next report commits
+ * checkpoint_000000, whose rows restore whole. */
+typedef struct {
+    const char *fail_at; /* MT_TEST_FAIL_AT for the first report, or NULL */
+    size_t row_doubles;  /* doubles per row of the first report's array */
+    int first, second;
+    char msg[MT__MSG_LEN];
+} failing_commit;
+
+static int commit_fails_then_works(mt_context *c, void *arg)
+{
+    failing_commit *t = arg;
+    size_t rows = 256, width = t->row_doubles > 2 ? t->row_doubles : 2;
+    double *part = calloc(rows * width, sizeof *part);
+    for (size_t i = 0; part && i < rows * 2; i++) /* the rows the second report keeps */
+        part[i] = (double)((size_t)mt_world_rank(c) * rows * 2 + i);
+    for (int k = 0; k < 2; k++) {
+        if (t->fail_at && k == 0)
+            setenv("MT_TEST_FAIL_AT", t->fail_at, 1);
+        mt_checkpoint *ck = mt_checkpoint_new();
+        mt_checkpoint_put(ck, "rows", MT_F64, 2, (size_t[]){rows, k ? 2 : t->row_doubles}, part,
+                          MT_SHARDED);
+        mt_metrics *m = mt_metrics_new();
+        int rc = mt_report(c, m, ck);
+        unsetenv("MT_TEST_FAIL_AT");
+        if (k == 0) {
+            t->first = rc;
+            snprintf(t->msg, sizeof t->msg, "%s", mt_last_error());
+        } else
+            t->second = rc;
+        mt_metrics_free(&m);
+        mt_checkpoint_free(&ck);
+    }
+    free(part);
+    return MT_OK;
+}
+
+static int rows_come_back(mt_context *c, void *arg)
+{
+    const mt_checkpoint *ck = mt_get_checkpoint(c);
+    size_t rows = 256 * (size_t)mt_world_size(c), mine = rows / (size_t)mt_world_size(c);
+    double *got = calloc(mine * 2, sizeof *got);
+    int rc = ck && got ? mt_checkpoint_get(ck, "rows", MT_F64, got, mine * 2) : MT_ENOTFOUND;
+    int bad = 0;
+    for (size_t i = 0; !rc && i < mine * 2; i++)
+        bad += got[i] != (double)((size_t)mt_world_rank(c) * mine * 2 + i);
+    free(got);
+    return rc ? rc : bad ? MT_EFORMAT : MT_OK;
+}
+
+static void test_commit_fails_part_way(void)
+{
+    char send[32];
+    snprintf(send, sizeof send, "commit-send:%d", P() - 1);
+    struct {
+        const char *fail_at, *says;
+        size_t row_doubles;
+        int who, code; /* the failing rank (-1: every rank) and its code */
+    } cases[] = {
+        {"commit-write:0", "writing rows", 2, 0, MT_EIO},
+        {send, "sending rows from", 2, P() - 1, MT_EIO},
+        {NULL, "one row is 8192 bytes, more than MT_CHECKPOINT_BUFFER (4096 bytes)", 1024, -1,
+         MT_EINVAL},
+    };
+    setenv("MT_CHECKPOINT_BUFFER", "4096", 1);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (cases[i].who == P() - 1 && P() == 1)
+            continue; /* no sender at one rank */
+        char name[64];
+        snprintf(name, sizeof name, "commit_fails_%zu", i);
+        failing_commit t = {.fail_at = cases[i].fail_at, .row_doubles = cases[i].row_doubles};
+        MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config(name), commit_fails_then_works, &t, NULL),
+                         MT_OK);
+        int who = cases[i].who < 0 ? 0 : cases[i].who; /* all refuse: rank 0's error leads */
+        MT_ASSERT_INT_EQ(t.first, R() == who ? cases[i].code : MT_EPEER);
+        MT_ASSERT_STR_CONTAINS(t.msg, cases[i].says);
+        MT_ASSERT_INT_EQ(t.second, MT_OK);
+        if (R() == 0) {
+            struct stat st;
+            CU_ASSERT(stat(mt_test_run_file(name, "checkpoint_000000"), &st) == 0);
+            CU_ASSERT(stat(mt_test_run_file(name, "checkpoint_000001"), &st) != 0);
+            CU_ASSERT(stat(mt_test_run_file(name, ".checkpoint_000000.tmp"), &st) != 0);
+        }
+        char from[64], dir[1024];
+        snprintf(from, sizeof from, "%s_restored", name);
+        snprintf(dir, sizeof dir, "%s", mt_test_run_file(name, "checkpoint_000000"));
+        mt_trainer_config cfg = mt_test_config(from);
+        cfg.run.resume_from_checkpoint = dir;
+        MT_ASSERT_INT_EQ(mt_test_fit(cfg, rows_come_back, NULL, NULL), MT_OK);
+    }
+    unsetenv("MT_CHECKPOINT_BUFFER");
+}
+
 static const mt_test tests[] = {
     {"report_files", test_report_files},
     {"checkpoint_contents_and_retention", test_checkpoint_contents_and_retention},
@@ -899,6 +997,7 @@ static const mt_test tests[] = {
     {"checkpoint_builder_refusals", test_checkpoint_builder_refusals},
     {"run_lock_refuses_second_owner", test_run_lock_refuses_second_owner},
     {"checkpoint_file_checked_at_commit", test_checkpoint_file_checked_at_commit},
+    {"commit_fails_part_way", test_commit_fails_part_way},
     {NULL, NULL},
 };
 
