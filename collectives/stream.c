@@ -1,14 +1,16 @@
 /*
  * stream.c -- moving variable amounts of bytes: gathering every rank's bytes to rank 0
- * (reports), broadcasting a buffer of any size, and bounded point-to-point streams that
- * carry a large array to or from rank 0 in chunks, so rank 0 never holds more than one
- * chunk of another rank's data.
+ * (mt_report's encoded metrics through mt__gather_bytes_max, a checkpoint's file lists
+ * through mt__gather_bytes), broadcasting a buffer of any size, and bounded point-to-point
+ * streams that carry a large array to or from rank 0 in chunks, so rank 0 never holds
+ * more than its buffers of another rank's data (one, or two that it alternates between so
+ * that it can write one piece while the next arrives).
  *
  * These run inside a collective whose agreement already made every rank agree on what is
  * sent; each returns MT_EMPI on an MPI failure. Each is a wait the stall watchdog sees
  * (mt__watch_data), so a peer that stops here is reported and ended like one that never
- * reaches an agreement. A receiver that cannot use the data (a
- * write failed) keeps receiving, so senders never block forever.
+ * reaches an agreement. A receiver that cannot use the data (a write failed) keeps
+ * receiving, so senders never block forever.
  */
 #include "collectives.h"
 #include "watchdog.h"
@@ -56,8 +58,9 @@ int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size
             (*lens)[r] = sizes[r];
             total += sizes[r];
         }
-        if (total > INT_MAX) /* reports are small; a bug if not */
-            rc = mt__error(MT_EINVAL, "gathered metrics exceed 2 GiB");
+        if (total > INT_MAX) /* file lists are small; a bug if not */
+            rc = mt__error(MT_EINVAL, "%llu bytes gathered from %d ranks exceed 2 GiB",
+                           (unsigned long long)total, c->size);
         buf = malloc(total ? total : 1);
         if (!buf && !rc)
             rc = mt__error(MT_ENOMEM, "out of memory gathering %llu bytes",

@@ -114,7 +114,8 @@ typedef struct {
 
 typedef struct {
     region *r;
-    int n, cap;
+    int n;
+    size_t cap;
     bool oom;
 } regions;
 
@@ -223,14 +224,9 @@ static herr_t add_region(hid_t g, const char *name, const H5L_info_t *info, void
     H5Dclose(ds);
     if ((cls != H5T_INTEGER && cls != H5T_FLOAT) || off == HADDR_UNDEF || len == 0)
         return 0;
-    if (R->n == R->cap) {
-        int cap = R->cap ? 2 * R->cap : 16;
-        region *r = realloc(R->r, (size_t)cap * sizeof *r);
-        if (!r) {
-            R->oom = true;
-            return -1;
-        }
-        R->r = r, R->cap = cap;
+    if (MT__GROW(R->r, R->cap, (size_t)R->n + 1)) {
+        R->oom = true;
+        return -1;
     }
     R->r[R->n++] = (region){(uint64_t)off, (uint64_t)len};
     return 0;
@@ -754,16 +750,10 @@ static herr_t list_array(hid_t g, const char *name, const H5L_info_t *info, void
                  sizeof ix->arrays[0].name - 1);
         return -1;
     }
-    if (ix->n == ix->cap) {
-        int cap = ix->cap ? ix->cap * 2 : 8;
-        mt__ckpt_array *a = realloc(ix->arrays, (size_t)cap * sizeof *a);
-        if (!a) {
-            ix->oom = true;
-            snprintf(L->why, sizeof L->why, "out of memory");
-            return -1;
-        }
-        ix->arrays = a;
-        ix->cap = cap;
+    if (MT__GROW(ix->arrays, ix->cap, (size_t)ix->n + 1)) {
+        ix->oom = true;
+        snprintf(L->why, sizeof L->why, "out of memory");
+        return -1;
     }
     mt__ckpt_array *a = &ix->arrays[ix->n];
     memset(a, 0, sizeof *a);
@@ -886,15 +876,10 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
                                               : n == 8);
     H5Sclose(sp);
     char *v = one ? calloc(type == MT__META_STR ? n + 1 : 32, 1) : NULL;
-    char **keys = realloc(ix->meta_keys, (size_t)(ix->nmeta + 1) * sizeof *keys);
-    if (keys)
-        ix->meta_keys = keys;
-    char **vals = realloc(ix->meta_values, (size_t)(ix->nmeta + 1) * sizeof *vals);
-    if (vals)
-        ix->meta_values = vals;
-    int *types = realloc(ix->meta_types, (size_t)(ix->nmeta + 1) * sizeof *types);
-    if (types)
-        ix->meta_types = types;
+    size_t need = (size_t)ix->nmeta + 1;
+    bool room = !MT__GROW(ix->meta_keys, ix->keys_cap, need) &&
+                !MT__GROW(ix->meta_values, ix->values_cap, need) &&
+                !MT__GROW(ix->meta_types, ix->types_cap, need);
     int64_t iv = 0;
     double dv = 0;
     herr_t got = !one ? -1
@@ -909,7 +894,7 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
     if (!one) {
         snprintf(L->why, sizeof L->why, "metadata %s: not one fixed-length string, 64-bit "
                  "integer or double", name + 5);
-    } else if (!v || !keys || !vals || !types) {
+    } else if (!v || !room) {
         ix->oom = true;
         free(v);
     } else if (got < 0) {

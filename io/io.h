@@ -75,10 +75,12 @@ typedef struct {
 enum { MT__META_STR = 0, MT__META_I64, MT__META_F64 };
 typedef struct {
     mt__ckpt_array *arrays;
-    int n, cap;
+    int n;
+    size_t cap;         /* of arrays */
     char **meta_keys, **meta_values;
     int *meta_types;
     int nmeta;
+    size_t keys_cap, values_cap, types_cap; /* of the three meta_ arrays */
     bool oom;           /* reading it ran out of memory (not a corrupt file) */
 } mt__ckpt_index;
 int mt__ckpt_create(const char *path, hid_t *out);

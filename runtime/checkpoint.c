@@ -140,10 +140,10 @@ bool mt__ck_rank_folder_name(const char *name)
     return true;
 }
 
-int mt__ck_files_add(mt__ck_file **files, int *n, const char *name, const char *path,
-                     const char *what)
+int mt__ck_files_add(mt__ck_file **files, int *n, size_t *cap, const char *name,
+                     const char *path, const char *what)
 {
-    if (mt__ck_grow(files, *n, sizeof **files))
+    if (mt__grow(files, cap, (size_t)*n + 1, sizeof **files))
         return mt__error(MT_ENOMEM, "out of memory %s", what);
     mt__ck_file *f = &(*files)[*n];
     f->name = mt__strdup(name);

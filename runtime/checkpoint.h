@@ -38,6 +38,7 @@ typedef struct {
     int nmeta;
     mt__ck_file *files;   /* to copy: name in the folder, source path */
     int nfiles;
+    size_t arrays_cap, keys_cap, values_cap, types_cap, files_cap; /* MT__GROW's */
 } mt__ck_building;
 
 /* A checkpoint stored on disk, read back (mt_checkpoint_open, a result's, the one a fit
@@ -47,6 +48,7 @@ typedef struct {
     mt__ckpt_index index; /* its arrays and metadata */
     mt__ck_file *files;   /* what it holds besides checkpoint.h5 (mt_checkpoint_open only) */
     int nfiles;
+    size_t files_cap;
     mt_context *ctx;      /* the fit restoring from it: mt_checkpoint_get is collective
                              over ctx; NULL: local */
 } mt__ck_stored;
@@ -83,27 +85,10 @@ size_t mt__ck_stream_chunk(size_t row_bytes);
 int mt__ck_check_file(int code, const char *what, const char *name, const char *path);
 /* rank<r> is where other ranks' files go: a name of that form would collide with them. */
 bool mt__ck_rank_folder_name(const char *name);
-/* Append (name, path) to a file list (MT_ENOMEM recorded, naming `what`, and the list
- * unchanged when out of memory). */
-int mt__ck_files_add(mt__ck_file **files, int *n, const char *name, const char *path,
-                     const char *what);
+/* Append (name, path) to a file list of *n entries and capacity *cap (MT_ENOMEM recorded,
+ * naming `what`, and the list unchanged when out of memory). */
+int mt__ck_files_add(mt__ck_file **files, int *n, size_t *cap, const char *name,
+                     const char *path, const char *what);
 void mt__ck_files_free(mt__ck_file *files, int n);
-
-/* Room for element n of an array that only this grows (n elements now; pp: the address of
- * the array's pointer): the capacity is the next power of two >= n, so n appends cost
- * O(log n) reallocations. MT_ENOMEM (not recorded) with the array unchanged when out of
- * memory; growing again at the same n is harmless (parallel arrays may fail part-way). */
-static inline int mt__ck_grow(void *pp, int n, size_t size)
-{
-    if (n > 0 && (n & (n - 1)) != 0)
-        return MT_OK; /* not a power of two: room left */
-    void *p;
-    memcpy(&p, pp, sizeof p);
-    p = realloc(p, (size_t)(n ? 2 * n : 1) * size);
-    if (!p)
-        return MT_ENOMEM;
-    memcpy(pp, &p, sizeof p);
-    return MT_OK;
-}
 
 #endif

@@ -61,7 +61,7 @@ int mt_checkpoint_put(mt_checkpoint *ck, const char *name, mt_dtype t, int ndim,
     for (int i = 0; i < b->narrays; i++)
         if (!strcmp(b->arrays[i].name, name))
             return mt__error(MT_EINVAL, "mt_checkpoint_put: array %s was put already", name);
-    if (mt__ck_grow(&b->arrays, b->narrays, sizeof *b->arrays))
+    if (MT__GROW(b->arrays, b->arrays_cap, (size_t)b->narrays + 1))
         return mt__error(MT_ENOMEM, "out of memory adding array %s", name);
     mt__ck_array *a = &b->arrays[b->narrays];
     memset(a, 0, sizeof *a);
@@ -99,9 +99,10 @@ static int set_meta(mt_checkpoint *ck, const char *key, int type, const char *va
             b->meta_types[i] = type;
             return MT_OK;
         }
-    if (mt__ck_grow(&b->meta_keys, b->nmeta, sizeof *b->meta_keys) ||
-        mt__ck_grow(&b->meta_values, b->nmeta, sizeof *b->meta_values) ||
-        mt__ck_grow(&b->meta_types, b->nmeta, sizeof *b->meta_types) ||
+    size_t need = (size_t)b->nmeta + 1;
+    if (MT__GROW(b->meta_keys, b->keys_cap, need) ||
+        MT__GROW(b->meta_values, b->values_cap, need) ||
+        MT__GROW(b->meta_types, b->types_cap, need) ||
         !(b->meta_keys[b->nmeta] = mt__strdup(key))) {
         free(v);
         return mt__error(MT_ENOMEM, "out of memory adding metadata");
@@ -152,5 +153,5 @@ int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path
         return rc;
     char what[300];
     snprintf(what, sizeof what, "adding file %s", name);
-    return mt__ck_files_add(&b->files, &b->nfiles, name, path, what);
+    return mt__ck_files_add(&b->files, &b->nfiles, &b->files_cap, name, path, what);
 }

@@ -414,9 +414,7 @@ static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *
     /* what recording it takes is allocated before the folder is published: a published
      * checkpoint left unrecorded would have its name taken again by the next commit */
     size_t n = (size_t)run->nkept + 1;
-    mt__kept *grown = realloc(run->kept, n * sizeof *grown);
-    if (grown)
-        run->kept = grown;
+    bool grown = MT__GROW(run->kept, run->kept_cap, n) == MT_OK;
     mt_metrics *m = mt_metrics_new();
     bool *drop = calloc(n, sizeof *drop);
     mt__kept *keep = calloc(n, sizeof *keep), *gone = calloc(n, sizeof *gone);
@@ -453,6 +451,7 @@ static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *
     free(drop);
     free(run->kept);
     run->kept = keep;
+    run->kept_cap = n;
     run->nkept = nk;
     run->latest = latest;
     rc = mt__fsync_dir(run->dir);

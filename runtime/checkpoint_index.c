@@ -77,6 +77,8 @@ int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
     size_t n = json_array_size(arrays);
     if (!rc && n && !(ix->arrays = calloc(n, sizeof *ix->arrays)))
         rc = MT_ENOMEM;
+    if (!rc)
+        ix->cap = n;
     for (size_t i = 0; !rc && i < n; i++) {
         json_t *e = json_array_get(arrays, i), *dims, *off;
         const char *name;
@@ -114,9 +116,10 @@ int mt__checkpoint_from_description(const char *text, mt_checkpoint **out)
     {
         if (rc)
             break;
-        if (mt__ck_grow(&ix->meta_keys, ix->nmeta, sizeof *ix->meta_keys) ||
-            mt__ck_grow(&ix->meta_values, ix->nmeta, sizeof *ix->meta_values) ||
-            mt__ck_grow(&ix->meta_types, ix->nmeta, sizeof *ix->meta_types)) {
+        size_t need = (size_t)ix->nmeta + 1;
+        if (MT__GROW(ix->meta_keys, ix->keys_cap, need) ||
+            MT__GROW(ix->meta_values, ix->values_cap, need) ||
+            MT__GROW(ix->meta_types, ix->types_cap, need)) {
             rc = MT_ENOMEM;
             break;
         }

@@ -170,7 +170,7 @@ static int list_stored_files(mt__ck_stored *ck)
         if (lstat(sub, &st) != 0)
             continue;
         if (S_ISREG(st.st_mode)) {
-            rc = mt__ck_files_add(&ck->files, &ck->nfiles, e->d_name, sub, what);
+            rc = mt__ck_files_add(&ck->files, &ck->nfiles, &ck->files_cap, e->d_name, sub, what);
             continue;
         }
         if (!S_ISDIR(st.st_mode) || !mt__ck_rank_folder_name(e->d_name))
@@ -182,7 +182,7 @@ static int list_stored_files(mt__ck_stored *ck)
             snprintf(name, sizeof name, "%s/%s", e->d_name, f->d_name);
             snprintf(full, sizeof full, "%s/%s", sub, f->d_name);
             if (f->d_name[0] != '.' && lstat(full, &st) == 0 && S_ISREG(st.st_mode))
-                rc = mt__ck_files_add(&ck->files, &ck->nfiles, name, full, what);
+                rc = mt__ck_files_add(&ck->files, &ck->nfiles, &ck->files_cap, name, full, what);
         }
         if (rd)
             closedir(rd);

@@ -109,6 +109,7 @@ int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where)
     r->latest = -1;
     size_t n = json_array_size(kept);
     r->kept = calloc(n ? n : 1, sizeof *r->kept);
+    r->kept_cap = r->kept ? (n ? n : 1) : 0;
     if (!r->kept)
         return mt__error(MT_ENOMEM, "out of memory reading %s", where);
     for (size_t i = 0; i < n; i++) {

@@ -67,6 +67,7 @@ typedef struct {
     int64_t next_index, iteration;
     double time_total;       /* of earlier attempts */
     mt__kept *kept;
+    size_t kept_cap;         /* kept's capacity (MT__GROW) */
     int nkept, latest;       /* latest: index into kept, or -1 */
     char **csv_keys;         /* progress.csv's header */
     int ncsv;
