@@ -64,6 +64,22 @@ if [ $rc -eq 0 ] && grep -q "checkpoint_000000: ok" "$out" && [ "$(grep -c ': ok
     ok "rerun resumes from checkpoint_000000; the half-written one and a dropped one are removed"
 else bad "resume after the crash (exit $rc)"; fi
 
+# skipped NAME NP WHAT WHY LABEL: two checkpoints saved at NP ranks, the second damaged by
+# ckpt_probe damage WHAT; loading skips it with a warning naming the file and then WHY (a
+# grep pattern), and every rank resumes from checkpoint_000000
+skipped() {
+    "$run" "$2" "$probe" twice "$1" 600 >"$out" 2>"$err"
+    h5="$store/$1/checkpoint_000001/checkpoint.h5"
+    "$probe" damage "$h5" "$3" >"$out" 2>"$err" || { bad "$2 ranks: damaging $3"; return; }
+    "$run" "$2" "$probe" load "$1" 600 >"$out" 2>"$err"
+    rc=$?
+    n=$(grep -c "checkpoint_000000: ok$" "$out")
+    if [ $rc -eq 0 ] && [ "$n" -eq "$2" ] \
+        && grep -q "warning: skipping $store/$1/checkpoint_000001: $h5: $4" "$err"; then
+        ok "$2 ranks: $5, resumed from checkpoint_000000"
+    else bad "$2 ranks: $3 (exit $rc, $n ranks ok from checkpoint_000000)"; cat "$err"; fi
+}
+
 # damaged metadata in the latest checkpoint (tests/ckpt_probe damage, HDF5 API): skipped
 # with a warning naming the file and what does not match; the run resumes from the
 # previous one and every rank gets its right rows
@@ -81,17 +97,8 @@ for np in 1 2 3; do
         add) why="array extra: the checksum of its name does not match" ;;
         unformat) why="its arrays carry checks but the file has no format attribute" ;;
         esac
-        name="damaged-$what-$np"
-        "$run" "$np" "$probe" twice "$name" 600 >"$out" 2>"$err"
-        h5="$store/$name/checkpoint_000001/checkpoint.h5"
-        "$probe" damage "$h5" "$what" >"$out" 2>"$err" || { bad "$np ranks: damaging $what"; continue; }
-        "$run" "$np" "$probe" load "$name" 600 >"$out" 2>"$err"
-        rc=$?
-        n=$(grep -c "checkpoint_000000: ok$" "$out")
-        if [ $rc -eq 0 ] && [ "$n" -eq "$np" ] \
-            && grep -q "warning: skipping $store/$name/checkpoint_000001: $h5: corrupt checkpoint index: .*$why" "$err"; then
-            ok "$np ranks: damaged $what: skipped with a warning ($why), resumed from checkpoint_000000"
-        else bad "$np ranks: damaged $what (exit $rc, $n ranks ok from checkpoint_000000)"; fi
+        skipped "damaged-$what-$np" "$np" "$what" "corrupt checkpoint index: .*$why" \
+            "damaged $what: skipped with a warning ($why)"
     done
 done
 
@@ -105,17 +112,7 @@ for np in 1 2; do
         bytes) why="damaged: the checksum of its HDF5 metadata does not match its header" ;;
         bare) why="an HDF5 file without a checkpoint checksum header" ;;
         esac
-        name="unreadable-$what-$np"
-        "$run" "$np" "$probe" twice "$name" 600 >"$out" 2>"$err"
-        h5="$store/$name/checkpoint_000001/checkpoint.h5"
-        "$probe" damage "$h5" "$what" >"$out" 2>"$err" || { bad "$np ranks: damaging $what"; continue; }
-        "$run" "$np" "$probe" load "$name" 600 >"$out" 2>"$err"
-        rc=$?
-        n=$(grep -c "checkpoint_000000: ok$" "$out")
-        if [ $rc -eq 0 ] && [ "$n" -eq "$np" ] \
-            && grep -q "warning: skipping $store/$name/checkpoint_000001: $h5: $why" "$err"; then
-            ok "$np ranks: $what: skipped with a warning ($why), resumed from checkpoint_000000"
-        else bad "$np ranks: $what (exit $rc, $n ranks ok from checkpoint_000000)"; cat "$err"; fi
+        skipped "unreadable-$what-$np" "$np" "$what" "$why" "$what: skipped with a warning ($why)"
     done
 done
 
