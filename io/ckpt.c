@@ -1148,6 +1148,9 @@ static void *writer_thread(void *arg)
 {
     mt__ckpt_writer *w = arg;
     mt__trace_thread("checkpoint writer");
+    mt__h5_lock(); /* HDF5's error stack may be this thread's own: quiet it too */
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    mt__h5_unlock();
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (w->n == 0 && !w->quit)

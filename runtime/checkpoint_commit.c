@@ -544,13 +544,16 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *handle, mt__rundir
     for (int i = 0; i < ck->nmeta && !status; i++)
         status = mt__ckpt_writer_meta(file, ck->meta_keys[i], ck->meta_types[i],
                                       ck->meta_values[i]);
-    /* seals the file when all went well; closes and fsyncs it in any case */
-    status = mt__ckpt_writer_close(&file, status);
+    {   /* seals the file when all went well; closes and fsyncs it in any case */
+        MT__TRACE("checkpoint", "close");
+        status = mt__ckpt_writer_close(&file, status);
+    }
     status = write_files(c, ck, tmp, allf, flens, buf, status);
     status = recv_statuses(c, name, status);
-    if (!status)
+    if (!status) {
+        MT__TRACE("checkpoint", "publish");
         status = publish(c, run, tmp, name, metrics, iteration);
-    else
+    } else
         mt__rmtree(tmp);
     int e = mt__stream_done(c->comm); /* on every path: the others wait for it */
     free(rows), free(mine), free(all), free(fdesc), free(allf), free(flens);
