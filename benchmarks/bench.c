@@ -70,6 +70,12 @@ void bench_over_ranks(const bench *b, double x, double *mn, double *avg, double 
     if (avg) *avg = sum / b->size;
 }
 
+int bench_agree(const bench *b, int rc)
+{
+    MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, b->raw);
+    return rc;
+}
+
 void bench_json(const bench *b, const char *suite_name, const char *fmt, ...)
 {
     if (b->rank != 0 || !b->json)

@@ -35,6 +35,9 @@ void bench_json(const bench *b, const char *suite, const char *fmt, ...)
  * the figure's line (", \"budget\": RULE, \"budget_met\": true|false"); else "". Every
  * rank calls it with the same (rank-averaged) values. */
 const char *bench_budget(bench *b, bool applies, bool met, const char *rule);
+/* Collective: rc from every rank, the lowest (most negative) code if any failed, so that
+ * a local failure (an allocation) stops every rank before the next collective. */
+int bench_agree(const bench *b, int rc);
 /* Rank 0: printf to stdout. */
 void bench_say(const bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
