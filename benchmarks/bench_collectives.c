@@ -54,6 +54,8 @@ int bench_allreduce(bench *b)
     ar_arg a = {.buf = buf};
     size_t step = b->quick ? 4 : 2;
     for (size_t bytes = 4; bytes <= max_bytes; bytes *= step) {
+        if (!bench_size_wanted(b, bytes))
+            continue;
         a.count = bytes / sizeof(float);
         size_t target = b->quick ? (size_t)32 << 20 : (size_t)256 << 20;
         int iters = (int)(target / bytes);
