@@ -7,8 +7,13 @@ same launcher and rank count as the train suite:
 
     mpirun -np 2 /usr/bin/python3 benchmarks/ddp_mlp.py [--steps 400]
 
+Across nodes, rank 0's node address and the network interface gloo must use (it would
+otherwise take the one the host name resolves to):
+
+    mpirun --hostfile hosts python3 ddp_mlp.py --master 10.1.0.1 --ifname eth0
+
 Prints per-rank samples/s (rank 0), the figure the train suite compares against.
-Needs the Debian package python3-torch.
+Needs the Debian package python3-torch (scripts/setup.sh --bench).
 """
 import argparse
 import os
@@ -23,11 +28,17 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--port", type=int, default=29517)
+    p.add_argument("--master", default=os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                   help="rank 0's address (default $MASTER_ADDR or 127.0.0.1)")
+    p.add_argument("--ifname", default=os.environ.get("GLOO_SOCKET_IFNAME"),
+                   help="the interface gloo sends on (default $GLOO_SOCKET_IFNAME)")
     a = p.parse_args()
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", "0")))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    if a.ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = a.ifname
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=rank,
+    dist.init_process_group("gloo", init_method=f"tcp://{a.master}:{a.port}", rank=rank,
                             world_size=size)
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
