@@ -65,7 +65,9 @@ knob() { [ -n "$lib" ] && grep -qa "$1" "$lib"; }
 knob MT_FUSION_COMPRESS || { [ -n "$compress" ] && echo "cluster_bench: this build has no MT_FUSION_COMPRESS: compression skipped"; compress=""; }
 algos=""
 knob MT_FUSION_ALGO && algos="flat hier" || echo "cluster_bench: this build has no MT_FUSION_ALGO: flat vs hier skipped"
-if python3 -c 'import torch' 2>/dev/null; then ddp=yes; else
+# Debian's python3-torch is for Debian's python (another python3 may come first on PATH)
+py=/usr/bin/python3
+if "$py" -c 'import torch' 2>/dev/null; then ddp=yes; else
     ddp=""; echo "cluster_bench: no PyTorch (python3-torch; scripts/setup.sh --bench): DDP skipped"; fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-cluster-bench.XXXXXX") || exit 1
 cl="$top/tests/cluster.sh -n $cname -s $cnet"
@@ -77,6 +79,8 @@ $cl cpus all spread >/dev/null || exit 1
 : >"$work/all.jsonl"
 echo "cluster_bench: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); settings: $($cl env | sed 's/^export //' | tr '\n' ' ')"
 
+start=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - start )) s"; }
 # tag FILE PROFILE LAYOUT RUN: FILE's lines with the three fields added, to all.jsonl
 tag() {
     sed "s/^{/{\"profile\": \"$2\", \"layout\": \"$3\", \"run\": \"$4\", /" "$1" >>"$work/all.jsonl"
@@ -93,7 +97,7 @@ train() {
     rc=$?
     if [ $rc -eq 0 ] && grep -q '"suite": "train"' "$work/t.jsonl"; then
         tag "$work/t.jsonl" "$p" "$l" "$r"
-        echo "  $p $l $r: $(grep -o '"per_rank_samples_per_s": [0-9.]*' "$work/t.jsonl")"
+        echo "  $p $l $r: $(grep -o '"per_rank_samples_per_s": [0-9.]*' "$work/t.jsonl") (at $(elapsed))"
     else
         echo "  $p $l $r: FAILED (exit $rc)"; tail -n 5 "$work/t.err" | sed 's/^/    /'
     fi
@@ -111,7 +115,7 @@ for p in $profiles; do
     done
     # shellcheck disable=SC2086
     gbps=$(echo $bw | tr ' ' '\n' | sort -n | sed -n "$(( (runs + 1) / 2 ))p")
-    echo "$p: TCP $gbps Gbit/s (runs:$bw)"
+    echo "$p: TCP $gbps Gbit/s (runs:$bw; at $(elapsed))"
     for l in $layouts; do
         per=${l#2x}
         hf=$($cl hostfile "$per" "$per")
@@ -126,10 +130,10 @@ for p in $profiles; do
         [ -n "$ddp" ] || continue
         steps=400; [ -n "$quick" ] && steps=100
         timeout -k 10 "$limit" $cl run mpirun --hostfile "$hf" -x GLOO_SOCKET_IFNAME=eth0 \
-            python3 "$top/benchmarks/ddp_mlp.py" --master "$cnet.1" --steps $steps >"$work/d.out" 2>"$work/d.err"
+            "$py" "$top/benchmarks/ddp_mlp.py" --master "$cnet.1" --steps $steps >"$work/d.out" 2>"$work/d.err"
         rate=$(sed -n 's/.*: \([0-9]*\) samples\/s per rank.*/\1/p' "$work/d.out")
         if [ -n "$rate" ] && [ -n "$m" ]; then
-            echo "  $p $l ddp: $rate samples/s per rank"
+            echo "  $p $l ddp: $rate samples/s per rank (at $(elapsed))"
             echo "{\"suite\": \"ddp\", $m, \"ranks\": $np, \"mode\": \"$mode\", \"profile\": \"$p\", \"layout\": \"$l\", \"samples_per_s\": $rate}" >>"$work/all.jsonl"
         else echo "  $p $l ddp: FAILED"; tail -n 5 "$work/d.err" | sed 's/^/    /'; fi
     done

@@ -16,6 +16,7 @@ Prints per-rank samples/s (rank 0), the figure the train suite compares against.
 Needs the Debian package python3-torch (scripts/setup.sh --bench).
 """
 import argparse
+import datetime
 import os
 import time
 
@@ -28,6 +29,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--port", type=int, default=29517)
+    p.add_argument("--timeout", type=float, default=120, help="seconds for any collective")
     p.add_argument("--master", default=os.environ.get("MASTER_ADDR", "127.0.0.1"),
                    help="rank 0's address (default $MASTER_ADDR or 127.0.0.1)")
     p.add_argument("--ifname", default=os.environ.get("GLOO_SOCKET_IFNAME"),
@@ -38,8 +40,9 @@ def main():
     if a.ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = a.ifname
     torch.set_num_threads(1)
+    # a peer that never comes (or a step that hangs) fails instead of waiting 30 minutes
     dist.init_process_group("gloo", init_method=f"tcp://{a.master}:{a.port}", rank=rank,
-                            world_size=size)
+                            world_size=size, timeout=datetime.timedelta(seconds=a.timeout))
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
                           nn.Linear(128, 10))

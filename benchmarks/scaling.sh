@@ -188,8 +188,12 @@ END {
         }
         best = lr >= nrr ? "log2" : "linear"
         at = best == "log2" ? la + lb * 10 : na + nb * 1024
+        # a trend no larger than the noise, or a bounded figure, is not extrapolated
+        shown = (lr > nrr ? lr : nrr) < 0.5 ? "neither (R^2 < 0.5)" : best == "log2" ? "a + b*log2(N)" : "a + b*N"
+        atx = (lr > nrr ? lr : nrr) < 0.5 ? "— (no trend)" : g(at)
+        if (f[k] == "peak_MiB") atx = "bounded: <= `MT_CHECKPOINT_BUFFER` (64 MiB) + small"
         printf "| %s | %s + %s*log2(N) | %.3f | %s + %s*N | %.3f | %s | %s |\n", what[f[k]], g(la), g(lb), lr,
-            g(na), g(nb), nrr, best == "log2" ? "a + b*log2(N)" : "a + b*N", g(at)
+            g(na), g(nb), nrr, shown, atx
         jline(sprintf("\"ranks\": %d, \"figure\": \"%s\", \"fit_points\": %d, \"log_a\": %g, \"log_b\": %g, \"log_r2\": %.4f, \"lin_a\": %g, \"lin_b\": %g, \"lin_r2\": %.4f, \"better\": \"%s\", \"at_1024\": %g",
             r[nr], f[k], n, la, lb, lr, na, nb, nrr, best, at))
     }

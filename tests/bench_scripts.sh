@@ -55,7 +55,7 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "skipped: cluster_bench.sh needs root (the emulated cluster)"
 elif ! unshare --net --uts true 2>/dev/null; then
     echo "skipped: this machine does not let root create network namespaces"
-elif ! python3 -c 'import torch' 2>/dev/null; then
+elif ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     echo "skipped: cluster_bench.sh: no python3-torch (scripts/setup.sh --bench)"
 else
     cname=${MT_CLUSTER:-${MT_CLUSTER_PREFIX:-mt}b}
