@@ -70,8 +70,12 @@ def main():
     dist.all_reduce(rate)
     if rank == 0:
         print(f"ddp_mlp: {size} ranks, batch/rank {n}: {rate.item() / size:.0f} samples/s per rank "
-              f"(PyTorch {torch.__version__}, gloo)")
-    dist.destroy_process_group()
+              f"(PyTorch {torch.__version__}, gloo)", flush=True)
+    # every rank done before any leaves: across emulated nodes a rank whose peer had exited
+    # sometimes spun in gloo's teardown until the launcher's timeout; nothing is left to
+    # tear down that the process's end does not
+    dist.barrier()
+    os._exit(0)
 
 
 if __name__ == "__main__":
