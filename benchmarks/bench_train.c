@@ -172,7 +172,6 @@ static int round_of(bench *b, model *m, uint8_t *labels, int n, int count, run *
     if (!rc)
         r->c_all[i] = averaging(b, r->f, r->idx, mlp_tensors(m), NULL, 0, reps, &rc);
     r->c_tail[i] = r->c_all[i];
-
     if (!rc && r->tail)
         r->c_tail[i] = averaging(b, r->tail, &r->tail_id, 1, NULL, 0, reps, &rc);
     return rc;
