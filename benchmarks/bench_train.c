@@ -26,6 +26,7 @@
 
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     double pre, sgd; /* seconds, summed over the steps: the batch and forward; SGD */
@@ -132,14 +133,21 @@ typedef struct {
     double ideal_step;         /* the bound, seconds */
 } result;
 
-/* Collective: the fusions of run r (every rank alike; an error on one rank is agreed). */
+/* Collective: run r's fusion, bucketed as its variant says (before the model exists: the
+ * bucket size depends only on the variant). */
+static int create(bench *b, model *m, run *r)
+{
+    m->w0_blocks = r->v->w0_blocks;
+    return mt_fusion_create(b->ctx, r->v->buckets ? mlp_bucket_bytes(m) : 0, &r->f);
+}
+
+/* Collective: the model's gradients in run r's fusion, and the fusion of its last bucket
+ * alone (every rank alike; an error on one rank is agreed). */
 static int setup(bench *b, model *m, run *r)
 {
     const variant *v = r->v;
     m->w0_blocks = v->w0_blocks;
-    int rc = mt_fusion_create(b->ctx, v->buckets ? mlp_bucket_bytes(m) : 0, &r->f);
-    if (!rc)
-        rc = mlp_register(m, r->f, r->idx);
+    int rc = mlp_register(m, r->f, r->idx);
     r->tail_floats = v->buckets ? mlp_tail_floats(m) : grad_floats();
     if (rc || !v->buckets)
         return rc;
@@ -266,13 +274,18 @@ int bench_train(bench *b)
     int n = 128 / b->size > 0 ? 128 / b->size : 1;
     model m;
     uint8_t labels[128];
-    rc = mlp_init(&m, 1);
-    if (!rc)
-        rc = mlp_reserve(&m, 128);
-    rc = bench_agree(b, rc);
+    memset(&m, 0, sizeof m);
     run runs[NVARIANTS] = {{0}};
     for (int v = 0; v < NVARIANTS; v++)
         runs[v].v = &variants[v];
+    /* the fusions first, then the model (whose gradients the trainer's way could hold) */
+    for (int v = 0; v < NVARIANTS && !rc; v++)
+        rc = create(b, &m, &runs[v]);
+    if (!rc)
+        rc = mlp_init(&m, 1);
+    if (!rc)
+        rc = mlp_reserve(&m, 128);
+    rc = bench_agree(b, rc);
     for (int v = 0; v < NVARIANTS && !rc; v++)
         rc = setup(b, &m, &runs[v]);
     size_t gf = grad_floats();
@@ -310,11 +323,11 @@ int bench_train(bench *b)
         print(b, n, a, res, rt);
         json(b, n, a, res, rt);
     }
+    mlp_free(&m); /* before the fusions, which may own memory it uses */
     for (int v = 0; v < NVARIANTS; v++) {
         mt_fusion_destroy(&runs[v].f);
         mt_fusion_destroy(&runs[v].tail);
         free(runs[v].tail_buf);
     }
-    mlp_free(&m);
     return rc;
 }
