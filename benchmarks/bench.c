@@ -35,8 +35,10 @@ static const suite suites[] = {
      "300 mt_report calls with 8 numeric metrics vs raw MPI_Gather of the same bytes"},
     {"checkpoint", bench_checkpoint, "sharded checkpoint commit of 16 MiB to 1 GiB vs one process write+fsync",
      "sharded checkpoint commit of 16 to 256 MiB vs one process write+fsync"},
-    {"train", bench_train, "400 MLP training steps (global batch 128): per-rank samples/s vs one rank",
-     "100 MLP training steps (global batch 128): per-rank samples/s vs one rank"},
+    {"train", bench_train, "MLP training steps (global batch 128), averaged serially, per layer and in row "
+     "blocks, 8 rounds of 50: per-rank samples/s vs one rank and the ideal bound",
+     "MLP training steps (global batch 128), averaged serially, per layer and in row blocks, "
+     "3 rounds of 10: per-rank samples/s vs one rank and the ideal bound"},
 };
 #define NSUITES (int)(sizeof suites / sizeof *suites)
 

@@ -221,7 +221,7 @@ static void compute(float *t, size_t n, int passes)
  * layer's compute + all of the reduction), the last bucket being reduced by the wait. */
 int bench_overlap(bench *b)
 {
-    int layers = 8, passes = 6, reps = b->quick ? 5 : 9, rc = MT_OK;
+    int layers = 8, passes = 6, reps = b->quick ? 3 : 9, rc = MT_OK;
     size_t count = b->quick ? (size_t)1 << 19 : (size_t)1 << 21; /* 2 or 8 MiB a layer */
     float **t = calloc((size_t)layers, sizeof *t);
     int ok = t != NULL;

@@ -270,7 +270,7 @@ static void json(bench *b, int n, double alone, const result *res, double raw_t)
 int bench_train(bench *b)
 {
     openblas_set_num_threads(1);
-    int rounds = b->quick ? 5 : MAX_ROUNDS, count = b->quick ? 20 : 50, rc = MT_OK;
+    int rounds = b->quick ? 3 : MAX_ROUNDS, count = b->quick ? 10 : 50, rc = MT_OK;
     int n = 128 / b->size > 0 ? 128 / b->size : 1;
     model m;
     uint8_t labels[128];
