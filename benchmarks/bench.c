@@ -35,8 +35,10 @@ static const suite suites[] = {
      "300 mt_report calls with 8 numeric metrics vs raw MPI_Gather of the same bytes"},
     {"checkpoint", bench_checkpoint, "sharded checkpoint commit of 16 MiB to 1 GiB vs one process write+fsync",
      "sharded checkpoint commit of 16 to 256 MiB vs one process write+fsync"},
-    {"train", bench_train, "400 MLP training steps (global batch 128): per-rank samples/s vs one rank",
-     "100 MLP training steps (global batch 128): per-rank samples/s vs one rank"},
+    {"train", bench_train, "MLP training steps (global batch 128), averaged serially, per layer and in row "
+     "blocks, 8 rounds of 50: per-rank samples/s vs one rank and the ideal bound",
+     "MLP training steps (global batch 128), averaged serially, per layer and in row blocks, "
+     "3 rounds of 10: per-rank samples/s vs one rank and the ideal bound"},
 };
 #define NSUITES (int)(sizeof suites / sizeof *suites)
 
@@ -68,6 +70,51 @@ void bench_over_ranks(const bench *b, double x, double *mn, double *avg, double 
     if (mn) *mn = lo;
     if (mx) *mx = hi;
     if (avg) *avg = sum / b->size;
+}
+
+bool bench_size_wanted(const bench *b, size_t bytes)
+{
+    for (int i = 0; i < b->nsizes; i++)
+        if (b->sizes[i] == bytes)
+            return true;
+    return b->nsizes == 0;
+}
+
+/* --sizes LIST: byte counts, each a whole number with an optional K, M or G (binary). */
+static int parse_sizes(bench *b, const char *list, int rank)
+{
+    char copy[512], *save = NULL;
+    snprintf(copy, sizeof copy, "%s", list);
+    b->nsizes = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        size_t len = strlen(tok), shift = 0;
+        char last = len ? tok[len - 1] : '\0';
+        if (last == 'K' || last == 'M' || last == 'G') {
+            shift = last == 'K' ? 10 : last == 'M' ? 20 : 30;
+            tok[len - 1] = '\0';
+        }
+        uint64_t v = 0;
+        if (mt_parse_u64("--sizes", tok, 1, (uint64_t)1 << 30, &v))
+            return MT_EINVAL; /* its message is printed */
+        if (b->nsizes == (int)(sizeof b->sizes / sizeof *b->sizes)) {
+            b->nsizes = 0; /* too many */
+            break;
+        }
+        b->sizes[b->nsizes++] = (size_t)(v << shift);
+    }
+    if (b->nsizes)
+        return MT_OK;
+    if (rank == 0)
+        fprintf(stderr, "mpitrain-bench: --sizes '%s': 1 to %d byte counts, each a whole number "
+                        "with an optional K, M or G\n", list,
+                (int)(sizeof b->sizes / sizeof *b->sizes));
+    return MT_EINVAL;
+}
+
+int bench_agree(const bench *b, int rc)
+{
+    MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, b->raw);
+    return rc;
 }
 
 void bench_json(const bench *b, const char *suite_name, const char *fmt, ...)
@@ -116,7 +163,7 @@ static const char *const lib_options[] = {"name", "storage-path", "trace", NULL}
 static void usage(FILE *out)
 {
     fprintf(out, "usage: mpirun -np N mpitrain-bench [--suite NAME[,NAME...]] [--quick] "
-                 "[--json FILE] [--tmpdir DIR] [--fail-on-miss] [OPTIONS]\n\n"
+                 "[--json FILE] [--tmpdir DIR] [--fail-on-miss] [--sizes B,...] [OPTIONS]\n\n"
                  "Suites (default: all; full mode / --quick):\n");
     for (int i = 0; i < NSUITES; i++)
         fprintf(out, "  %-10s %s\n  %-10s %s\n", suites[i].name, suites[i].what, "",
@@ -129,6 +176,8 @@ static void usage(FILE *out)
                  "                        at exit (default: $TMPDIR or /tmp)\n"
                  "  --fail-on-miss        exit with status %d when a figure misses its budget\n"
                  "  --budget-report-us US the report suite's budget at 2 ranks (default: 25)\n"
+                 "  --sizes B[,B...]      the allreduce and checkpoint suites measure only these byte\n"
+                 "                        counts of theirs (K, M, G: binary), e.g. 4,1M,64M\n"
                  "  --help                this text\n\n"
                  "The run directory of the benchmark job goes to the private folder too; with\n"
                  "--name or --storage-path (or MT_NAME, MT_STORAGE_PATH) it is kept there instead.\n\n",
@@ -216,6 +265,8 @@ int main(int argc, char **argv)
             base = argv[++i];
         else if (!strcmp(a, "--budget-report-us") && i + 1 < argc)
             budget = argv[++i];
+        else if (!strcmp(a, "--sizes") && i + 1 < argc)
+            rc = parse_sizes(&b, argv[++i], rank);
         else {
             if (rank == 0)
                 fprintf(stderr, "mpitrain-bench: unknown option '%s' (see --help)\n", a);

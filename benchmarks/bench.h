@@ -21,6 +21,8 @@ typedef struct {
     double report_budget_us;  /* the report suite's budget (25; --budget-report-us) */
     int budgets_missed;       /* figures with a budget that missed it */
     char budget_json[256];    /* bench_budget's answer */
+    size_t sizes[16];         /* --sizes: the only byte counts the allreduce and checkpoint */
+    int nsizes;               /* suites measure (0: all of theirs) */
 } bench;
 
 double bench_now(void);
@@ -35,6 +37,11 @@ void bench_json(const bench *b, const char *suite, const char *fmt, ...)
  * the figure's line (", \"budget\": RULE, \"budget_met\": true|false"); else "". Every
  * rank calls it with the same (rank-averaged) values. */
 const char *bench_budget(bench *b, bool applies, bool met, const char *rule);
+/* Collective: rc from every rank, the lowest (most negative) code if any failed, so that
+ * a local failure (an allocation) stops every rank before the next collective. */
+int bench_agree(const bench *b, int rc);
+/* Whether a suite with sizes measures this one (--sizes; without it, every size). */
+bool bench_size_wanted(const bench *b, size_t bytes);
 /* Rank 0: printf to stdout. */
 void bench_say(const bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

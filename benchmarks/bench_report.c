@@ -136,6 +136,8 @@ int bench_checkpoint(bench *b)
               "rank0_grew_MiB");
     double worst = 1e9;
     for (int s = 0; s < nsizes && !rc; s++) {
+        if (!bench_size_wanted(b, sizes[s] << 20))
+            continue;
         size_t bytes = sizes[s] << 20, mine = bytes / (size_t)b->size / 4096 * 4096;
         unsigned char *part = malloc(mine ? mine : 1);
         if (!part) {

@@ -1,10 +1,12 @@
 #!/bin/sh
-# scripts/setup.sh [--example] [--slurm] [--fuzz]: install what mpitrain needs from Debian's
+# scripts/setup.sh [--example] [--slurm] [--bench] [--fuzz]: install what mpitrain needs from Debian's
 # package archive, only what is missing (idempotent; needs root or sudo on Debian 12).
 #   base:      compilers and libraries to build and test (Open MPI, parallel HDF5,
 #              CUnit, jansson, OpenBLAS, autotools; iproute2 for the emulated cluster)
 #   --example: the Fashion-MNIST data set and gnuplot, for the example job
 #   --slurm:   slurm-wlm and munge, for the Slurm integration test
+#   --bench:   PyTorch (python3-torch), the DDP baseline of the benchmarks (ddp_mlp.py,
+#              cluster_bench.sh); the tests do not need it
 #   --fuzz:    AFL++, for fuzz/run.sh (not needed by the build or the tests)
 set -eu
 pkgs="build-essential openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libcunit1-dev
@@ -13,8 +15,9 @@ for arg in "$@"; do
     case "$arg" in
     --example) pkgs="$pkgs dataset-fashion-mnist gnuplot-nox" ;;
     --slurm) pkgs="$pkgs slurm-wlm munge" ;;
+    --bench) pkgs="$pkgs python3-torch" ;;
     --fuzz) pkgs="$pkgs afl++" ;;
-    -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
     esac
 done

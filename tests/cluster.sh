@@ -25,6 +25,9 @@
 #                                            the last hostfile): a host-discovery command
 #   cluster.sh [-n NAME] shape NODE|all none|10gbit|1gbit   tbf on both ends of NODE's link
 #   cluster.sh [-n NAME] bandwidth [A B [MiB]]  TCP stream from node A to node B, in Gbit/s
+#   cluster.sh [-n NAME] cpus NODE|all LIST|spread|none   the CPUs NODE's processes may use
+#                                            (taskset -c LIST; spread: node k gets CPU
+#                                            (k-1) mod the machine's CPUs; none: any)
 #
 # MT_CLUSTER and MT_CLUSTER_NET give NAME and A.B.C instead of -n and -s.
 # Needs root (namespaces, links, tc). Open MPI's busy polling starves the kernel's packet
@@ -32,6 +35,9 @@
 # so the settings include mpi_yield_when_idle=1. mpirun learns that a node is unreachable
 # only from TCP keepalives on its daemon's connection (by default after 300 s + 9 x 20 s;
 # until then an abort waits for that daemon): the settings make it 2 s + 3 x 1 s.
+# Every node sees all of the machine's CPUs, so Open MPI binds local rank 0 of every node
+# to CPU 0 (two nodes x 1 rank share one core); `cpus` gives each node its own, as a real
+# node has (and the settings then tell Open MPI not to bind, so ranks keep them).
 set -u
 base=/run/mpitrain-cluster
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
@@ -143,11 +149,17 @@ export OMPI_MCA_oob_tcp_keepalive_time=2
 export OMPI_MCA_oob_tcp_keepalive_intvl=1
 export OMPI_MCA_oob_tcp_keepalive_probes=3
 EOF
+    # nodes given their own CPUs: ranks keep the node's CPUs (Open MPI would bind them to
+    # the first CPUs of the machine it sees whole)
+    if ls "$state"/cpus.* >/dev/null 2>&1; then
+        echo "export OMPI_MCA_hwloc_base_binding_policy=none"
+    fi
 }
 
 # on_node STATE NODE CMD...: CMD in NODE's network namespace, its own host name and hosts file
 on_node() {
     st=$1; node=$2; shift 2
+    [ -f "$st/cpus.$node" ] && set -- taskset -c "$(cat "$st/cpus.$node")" "$@"
     exec nsenter --net="/run/netns/$node" unshare --uts --mount --propagation private \
         sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"' \
         sh "$node" "$st/hosts" "$@"
@@ -229,6 +241,24 @@ shape)
         done
     done
     echo "$name: $nodes: ${rate:-unshaped}"
+    ;;
+cpus)
+    require_up
+    [ $# -eq 2 ] || die "usage: cpus NODE|all LIST|spread|none"
+    nodes=$1; [ "$1" = all ] && nodes=$(cat "$state/nodes")
+    ncpu=$(nproc --all)
+    for node in $nodes; do
+        require_node "$node"
+        case "$2" in
+        none) rm -f "$state/cpus.$node"; continue ;;
+        spread) list=$(( (${node#"$name"} - 1) % ncpu )) ;;
+        *[!0-9,-]* | "") die "cpus: '$2' is not a CPU list (e.g. 0 or 0-1,3), spread or none" ;;
+        *) list=$2 ;;
+        esac
+        taskset -c "$list" true 2>/dev/null || die "cpus: this machine has no CPU list '$list'"
+        echo "$list" >"$state/cpus.$node"
+        echo "$node: CPUs $list"
+    done
     ;;
 bandwidth)
     require_up

@@ -113,7 +113,7 @@ else bad "mpitrain-info --num-to-keep (exit $rc)"; fi
 # mpitrain-bench: only its options; JSON fields; nothing left behind; --fail-on-miss
 "$b/benchmarks/mpitrain-bench" --help >"$help" 2>"$err"
 opts=$(sed -n 's/^  \(--[a-z-]*\).*/\1/p' "$help" | sort | tr '\n' ' ')
-if [ "$opts" = "--budget-report-us --fail-on-miss --help --json --name --quick --storage-path --tmpdir --trace " ]; then
+if [ "$opts" = "--budget-report-us --fail-on-miss --help --json --name --quick --sizes --storage-path --tmpdir --trace " ]; then
     ok "mpitrain-bench --help lists only its options"
 else bad "mpitrain-bench --help lists: $opts"; fi
 rm -rf "$HOME/mpitrain_results"

@@ -2,7 +2,12 @@
  * mlp.c -- the example model: a multilayer perceptron (784-256-128-10, ReLU, softmax
  * cross-entropy) with SGD, momentum and weight decay, on CBLAS. Shared by the trainer and
  * the benchmark's train suite. The backward pass hands each layer's gradients to an
- * mt_fusion as soon as they are computed, last layer first.
+ * mt_fusion as soon as they are computed, last layer first, so their averaging overlaps
+ * the layers still to come. The first layer's weight gradient is 85% of the bytes and
+ * comes last: backward computes it in row blocks (rows are contiguous), each its own
+ * bucket, handed over when done; only the last block (with the first layer's biases,
+ * next to it in memory) waits for mt_fusion_wait. Every tensor lies where the one
+ * registered before it ends, so the fusion reduces all of them in place.
  */
 #include "mlp.h"
 
@@ -119,8 +124,80 @@ void mlp_forward(model *m, int n)
     }
 }
 
-/* Mean cross-entropy of the batch; gradients into gw/gb, each layer announced to the
- * fusion as soon as it is done (the last layer first). */
+/* m->w0_blocks as used (mlp_register refuses one out of range) */
+static int w0_blocks(const model *m)
+{
+    int b = m->w0_blocks ? m->w0_blocks : MLP_W0_BLOCKS;
+    return b < 1 ? 1 : b > MLP_MAX_BLOCKS ? MLP_MAX_BLOCKS : b;
+}
+
+/* First row of block j of the first layer's weight gradient (j = blocks: the end). */
+static int block_row(const model *m, int j)
+{
+    return (int)((long)mlp_sizes[1] * j / w0_blocks(m));
+}
+
+int mlp_register(model *m, mt_fusion *f, int *idx)
+{
+    int nb = w0_blocks(m), k = 0;
+    if (m->w0_blocks < 0 || m->w0_blocks > MLP_MAX_BLOCKS)
+        return MT_EINVAL;
+    for (int l = NL - 1; l > 0; l--) {
+        idx[k++] = mt_fusion_add(f, m->gw[l], mlp_wsize(l));
+        idx[k++] = mt_fusion_add(f, m->gb[l], (size_t)mlp_sizes[l + 1]);
+    }
+    for (int j = 0; j < nb; j++) {
+        size_t r0 = (size_t)block_row(m, j), r1 = (size_t)block_row(m, j + 1);
+        idx[k++] = mt_fusion_add(f, m->gw[0] + r0 * (size_t)mlp_sizes[0],
+                                 (r1 - r0) * (size_t)mlp_sizes[0]);
+    }
+    idx[k++] = mt_fusion_add(f, m->gb[0], (size_t)mlp_sizes[1]);
+    return MT_OK;
+}
+
+int mlp_tensors(const model *m)
+{
+    return 2 * (NL - 1) + w0_blocks(m) + 1;
+}
+
+size_t mlp_bucket_bytes(const model *m)
+{
+    /* the widest row block with the first layer's biases: no two blocks fit in one bucket,
+     * and the later layers' weights, larger, get a bucket each (their biases then go with
+     * the next tensor, which is ready later anyway) */
+    int nb = w0_blocks(m);
+    size_t rows = (size_t)(mlp_sizes[1] + nb - 1) / (size_t)nb;
+    return (rows * (size_t)mlp_sizes[0] + (size_t)mlp_sizes[1]) * sizeof(float);
+}
+
+size_t mlp_tail_floats(const model *m)
+{
+    int nb = w0_blocks(m);
+    size_t rows = (size_t)(block_row(m, nb) - block_row(m, nb - 1));
+    return rows * (size_t)mlp_sizes[0] + (size_t)mlp_sizes[1];
+}
+
+/* Rows [r0, r1) of layer l's weight gradient: delta[l+1]^T (rows r0..r1) x act[l]. */
+static void weight_rows(model *m, int n, int l, int r0, int r1)
+{
+    int in = mlp_sizes[l], o = mlp_sizes[l + 1];
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in, n, 1.0f,
+                m->delta[l + 1] + r0, o, m->act[l], in, 0.0f, m->gw[l] + (size_t)r0 * in, in);
+}
+
+static void bias_grad(model *m, int n, int l)
+{
+    int o = mlp_sizes[l + 1];
+    for (int k = 0; k < o; k++) {
+        float s = 0;
+        for (int r = 0; r < n; r++)
+            s += m->delta[l + 1][(size_t)r * o + k];
+        m->gb[l][k] = s;
+    }
+}
+
+/* Mean cross-entropy of the batch; gradients into gw/gb, each tensor marked ready as soon
+ * as it is done (the last layer first, the first layer's row blocks last). */
 double mlp_backward(model *m, int n, const uint8_t *labels, mt_fusion *f, const int *idx)
 {
     int out = mlp_sizes[NL];
@@ -132,28 +209,31 @@ double mlp_backward(model *m, int n, const uint8_t *labels, mt_fusion *f, const 
         for (int k = 0; k < out; k++)
             d[(size_t)r * out + k] = (p[k] - (k == labels[r])) / (float)n;
     }
-    for (int l = NL - 1; l >= 0; l--) {
+    int k = 0; /* the next tensor id, in mlp_register's order */
+    for (int l = NL - 1; l > 0; l--) {
         int in = mlp_sizes[l], o = mlp_sizes[l + 1];
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, in, n, 1.0f, m->delta[l + 1], o,
-                    m->act[l], in, 0.0f, m->gw[l], in);
-        for (int k = 0; k < o; k++) {
-            float s = 0;
-            for (int r = 0; r < n; r++)
-                s += m->delta[l + 1][(size_t)r * o + k];
-            m->gb[l][k] = s;
+        weight_rows(m, n, l, 0, o);
+        bias_grad(m, n, l);
+        if (f) {
+            mt_fusion_ready(f, idx[k++]);
+            mt_fusion_ready(f, idx[k++]);
         }
-        if (f) { /* NULL: no averaging (a lone rank's step) */
-            mt_fusion_ready(f, idx[2 * l]);
-            mt_fusion_ready(f, idx[2 * l + 1]);
-        }
-        if (l > 0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, o, 1.0f,
-                        m->delta[l + 1], o, m->w[l], in, 0.0f, m->delta[l], in);
-            for (size_t i = 0; i < (size_t)n * in; i++)
-                if (m->act[l][i] <= 0)
-                    m->delta[l][i] = 0;
-        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, o, 1.0f, m->delta[l + 1],
+                    o, m->w[l], in, 0.0f, m->delta[l], in);
+        for (size_t i = 0; i < (size_t)n * in; i++)
+            if (m->act[l][i] <= 0)
+                m->delta[l][i] = 0;
     }
+    int nb = w0_blocks(m);
+    for (int j = 0; j < nb; j++) {
+        weight_rows(m, n, 0, block_row(m, j), block_row(m, j + 1));
+        if (j == nb - 1)
+            bias_grad(m, n, 0); /* in the last block's bucket */
+        if (f)
+            mt_fusion_ready(f, idx[k++]);
+    }
+    if (f)
+        mt_fusion_ready(f, idx[k++]);
     return loss / n;
 }
 

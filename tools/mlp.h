@@ -9,6 +9,15 @@
 #define NL 3
 extern const int mlp_sizes[NL + 1];
 
+/* The first layer's weight gradient (256 x 784 floats, 85% of the bytes) is produced
+ * last; backward computes it in row blocks, each handed to the fusion when done, so that
+ * only the last block is left for mt_fusion_wait. */
+#define MLP_W0_BLOCKS 8         /* the default number of row blocks */
+#define MLP_MAX_BLOCKS 64
+/* Tensors mlp_register adds at most: each later layer's weights and biases, the first
+ * layer's row blocks and its biases. */
+#define MLP_TENSORS (2 * (NL - 1) + MLP_MAX_BLOCKS + 1)
+
 typedef struct {
     float *w[NL], *b[NL];       /* weights (out x in), biases */
     float *gw[NL], *gb[NL];     /* gradients: pointers into grad */
@@ -16,6 +25,8 @@ typedef struct {
     float *vw[NL], *vb[NL];     /* momentum buffers */
     float *act[NL + 1], *delta[NL + 1];
     size_t cap;                 /* rows the activation buffers hold */
+    int w0_blocks;              /* row blocks of gw[0], 1 to MLP_MAX_BLOCKS; 0 = MLP_W0_BLOCKS
+                                   (set before mlp_register) */
 } model;
 
 size_t mlp_wsize(int l);
@@ -25,8 +36,25 @@ int mlp_reserve(model *m, size_t rows);
 void mlp_free(model *m);
 /* act[0] holds the batch; computes act[1..NL] (the last as softmax probabilities). */
 void mlp_forward(model *m, int n);
-/* Mean cross-entropy; gradients into gw/gb, each announced to f (tensor ids in idx:
- * idx[2l] the weights, idx[2l+1] the biases of layer l); f may be NULL. */
+/* Local: adds the gradients to f in the order backward produces them, which is also their
+ * order in m->grad: each later layer's weights and biases (last layer first), the first
+ * layer's row blocks, its biases; idx (MLP_TENSORS entries) receives the ids for
+ * mlp_backward. MT_EINVAL (nothing added) when m->w0_blocks is out of range, the same on
+ * every rank. An add that fails on one rank (out of memory) is not returned: the fusion
+ * keeps it and its first mt_fusion_ready or mt_fusion_wait reports it on every rank, so
+ * no rank leaves training alone. */
+int mlp_register(model *m, mt_fusion *f, int *idx);
+/* How many tensors mlp_register adds. */
+int mlp_tensors(const model *m);
+/* A fusion bucket size that gives each layer's gradients, and each row block of the
+ * first layer's (the last one with the biases), a bucket: pass it to mt_fusion_create. */
+size_t mlp_bucket_bytes(const model *m);
+/* Floats in the last of those buckets: what becomes ready only when backward ends (the
+ * last row block and the first layer's biases). */
+size_t mlp_tail_floats(const model *m);
+/* Mean cross-entropy; gradients into gw/gb, each tensor marked ready in f (ids from
+ * mlp_register) as soon as it is computed; f NULL: none is (no averaging, or all of it
+ * in mt_fusion_wait). */
 double mlp_backward(model *m, int n, const uint8_t *labels, mt_fusion *f, const int *idx);
 void mlp_sgd(model *m, double lr, double momentum, double weight_decay);
 

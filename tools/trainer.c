@@ -162,15 +162,13 @@ static int train(mt_context *c, void *arg)
                    (long long)epoch + 1);
     }
     mt_fusion *f = NULL;
-    int idx[2 * NL];
+    int idx[MLP_TENSORS];
+    /* a bucket per layer and per row block of the first layer (mlp.h), so that averaging
+     * overlaps the backward pass; MT_FUSION_BYTES, when set, decides instead */
     if (!rc)
-        rc = mt_fusion_create(c, 0, &f);
-    for (int l = NL - 1; l >= 0 && !rc; l--) { /* in the order gradients are ready */
-        idx[2 * l] = mt_fusion_add(f, m.gw[l], mlp_wsize(l));
-        idx[2 * l + 1] = mt_fusion_add(f, m.gb[l], (size_t)mlp_sizes[l + 1]);
-        if (idx[2 * l] < 0 || idx[2 * l + 1] < 0)
-            rc = MT_EINVAL;
-    }
+        rc = mt_fusion_create(c, getenv("MT_FUSION_BYTES") ? 0 : mlp_bucket_bytes(&m), &f);
+    if (!rc)
+        rc = mlp_register(&m, f, idx);
     mt_set_total_iterations(c, o->epochs);
     mt_iter_options it = {.batch_size = (size_t)o->batch, .shuffle = true, .seed = o->seed,
                           .drop_last = true};
