@@ -77,7 +77,7 @@ static inline size_t mt__chunk_len(size_t off, size_t total, size_t chunk)
 }
 
 /* CRC-32 of len bytes after crc (start from 0), the number zlib's crc32 gives, at memory
- * speed where the CPU has carry-less multiplication (crc32.c). Thread-safe. */
+ * speed (ISA-L, crc32.c). Thread-safe. */
 uint32_t mt__crc32(uint32_t crc, const void *data, size_t len);
 
 /* File-system helpers (files.c); each failure records MT_EIO naming the file and the

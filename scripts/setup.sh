@@ -10,7 +10,7 @@
 #   --fuzz:    AFL++, for fuzz/run.sh (not needed by the build or the tests)
 set -eu
 pkgs="build-essential openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libcunit1-dev
-      libjansson-dev zlib1g-dev libopenblas-dev autoconf automake libtool pkg-config iproute2"
+      libjansson-dev zlib1g-dev libisal-dev libopenblas-dev autoconf automake libtool pkg-config iproute2"
 for arg in "$@"; do
     case "$arg" in
     --example) pkgs="$pkgs dataset-fashion-mnist gnuplot-nox" ;;
