@@ -17,16 +17,14 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 . "${top_srcdir:-.}/tests/cluster-lib.sh"
-skip_in_quick_check
-b="${top_builddir:-.}"
 scratch cluster-mpi
 # what a killed run of this test would leave: a node and a link of its cluster's name,
 # which bringing the cluster up must remove
 leftover() { ip netns list | grep -qE "^$1[0-9]+( |\$)" || ip -o link show | grep -qE ": $1([0-9]+h|br)[:@]" \
     || [ -e "/run/mpitrain-cluster/$1" ]; }
-lname=mtl; [ -n "${MT_SANITIZED:-}" ] && lname=mtla
+lname=$(cluster_name l)
 [ "$(id -u)" -eq 0 ] && ip netns add ${lname}9 2>/dev/null && ip link add ${lname}9h type dummy 2>/dev/null
-cluster_up mtl 1 3
+cluster_up l 1 3
 if ! ip netns list | grep -q "^${lname}9" && ! ip -o link show | grep -q ": ${lname}9h[:@]"; then
     ok "bringing the cluster up removed a killed run's node and link of the same name"
 else bad "leftovers of a killed run survived cluster up"; fi
