@@ -4,7 +4,6 @@
 # read strictly, and the importer refuses files whose headers lie.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-b=$(cd "${top_builddir:-.}" && pwd)
 scratch badinput
 
 # ---------------------------------------------------------------- mpitrain-show --plot

@@ -16,7 +16,6 @@
 # machine). Sourcing this file skips under make distcheck, as every cluster test does.
 skip_in_quick_check
 cl="${top_srcdir:-.}/tests/cluster.sh"
-b=$(cd "${top_builddir:-.}" && pwd)
 cprefix=${MT_CLUSTER_PREFIX:-mt}
 csubnet=${MT_CLUSTER_SUBNET:-10.77}
 case "$cprefix" in

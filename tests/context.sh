@@ -5,7 +5,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 info="${top_builddir:-.}/tools/mpitrain-info"
-run="${top_srcdir:-.}/tests/mpirun.sh"
 out=$(mktemp); err=$(mktemp)
 # a storage path of its own: two suites running at once must not share a run directory
 # (the second would be refused by the first one's run.lock)

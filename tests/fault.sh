@@ -9,8 +9,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-b="${top_builddir:-.}"
-run="${top_srcdir:-.}/tests/mpirun.sh"
 scratch fault
 fmnist_h5
 common="--data $data --storage-path $store/runs --steps-per-epoch 30 --epochs 4"
@@ -71,10 +69,8 @@ for np in 2 4; do
 done
 
 # retries exhausted: the error, error.txt, a non-zero exit
-"$run" 2 "$b/tools/trainer" $common --name exhausted --max-failures 0 --fail-rank 1 --fail-epoch 1 \
-    >"$out" 2>"$err"
-rc=$?
-if [ $rc -eq 1 ] && grep -q "rank 1 failed" "$store/runs/exhausted/error.txt" \
+if exits 1 "$run" 2 "$b/tools/trainer" $common --name exhausted --max-failures 0 --fail-rank 1 \
+    --fail-epoch 1 && grep -q "rank 1 failed" "$store/runs/exhausted/error.txt" \
     && grep -q "trainer: failed: rank 1 failed" "$err"; then
     ok "max_failures exhausted: error.txt names the rank, the program exits 1"
 else bad "max_failures exhausted (exit $rc)"; fi

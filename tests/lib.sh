@@ -1,6 +1,9 @@
 # Sourced by the end-to-end test scripts: pass/fail counters, and the closing line that the
 # suite summary adds up. Each script sets $out and $err (files shown when a check fails).
 fails=0; checks=0
+# $run NP PROGRAM [ARGS...]: mpirun under a timeout (tests/mpirun.sh); $b: the build folder
+run="${top_srcdir:-.}/tests/mpirun.sh"
+b=$(cd "${top_builddir:-.}" && pwd)
 # A check that expects an error exit must not pass when the program crashed: every ok looks
 # for a sanitizer report or a fatal signal in $out and $err and turns into a failure.
 crash_re='ERROR: (Address|Leak|Thread|Memory)Sanitizer|LeakSanitizer has encountered|Tracer caught signal'
@@ -19,6 +22,14 @@ ok() {
 bad() {
     checks=$((checks + 1)); fails=$((fails + 1)); echo "FAILED: $1"
     for f in "${out:-}" "${err:-}"; do [ -f "$f" ] && tail -n 30 "$f"; done
+}
+# exits CODE CMD...: runs CMD (stdout to $out, stderr to $err), its status in $rc; true when
+# that is CODE
+exits() {
+    want=$1; shift
+    "$@" >"$out" 2>"$err"
+    rc=$?
+    [ "$rc" -eq "$want" ]
 }
 finish() { echo "$((checks - fails)) passed, $fails failed"; [ "$fails" -eq 0 ]; exit $?; }
 # make distcheck: the end-to-end runs of both builds already cover these scripts

@@ -11,7 +11,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-b=$(cd "${top_builddir:-.}" && pwd)
 src=$(cd "${top_srcdir:-.}" && pwd)
 for p in slurmctld slurmd sbatch munged; do
     command -v $p >/dev/null 2>&1 || { echo "FAILED: $p not installed (scripts/setup.sh --slurm)"; echo "0 passed, 1 failed"; exit 1; }
