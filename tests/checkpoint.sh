@@ -65,8 +65,13 @@ else bad "resume after the crash (exit $rc)"; fi
 
 # damaged NP WHAT WHY: the latest of two checkpoints saved at NP ranks (a copy of the run
 # saved-NP), damaged by `ckpt_probe damage FILE WHAT`: the resume at NP ranks skips it with
-# a warning naming the file and WHY (a pattern), and every rank gets its rows from the
-# previous one
+# a warning naming the file and WHY, and every rank gets its rows from the previous one.
+# Damaged metadata (layout, offsets, shape, dtype, name, meta: through the HDF5 API; an
+# array dropped or added; the format attribute gone) is found by the checks of the
+# checkpoint's index; damaged bytes in the HDF5 metadata (16 bytes of the root object
+# header flipped: such damage crashed libhdf5 1.10 in H5Aopen/H5Aiterate2) and an HDF5 file
+# without the checksum header (every checkpoint written before it existed) are refused
+# before HDF5 parses them.
 damaged() {
     name="damaged-$2-$1"
     cp -a "$store/saved-$1" "$store/$name"
@@ -75,36 +80,31 @@ damaged() {
     "$run" "$1" "$probe" load "$name" 600 >"$out" 2>"$err"
     rc=$?
     n=$(grep -c "checkpoint_000000: ok$" "$out")
+    case $2 in bytes | bare) index="" ;; *) index="corrupt checkpoint index: .*" ;; esac
     if [ $rc -eq 0 ] && [ "$n" -eq "$1" ] \
-        && grep -q "warning: skipping $store/$name/checkpoint_000001: $h5: $3" "$err"; then
+        && grep -q "warning: skipping $store/$name/checkpoint_000001: $h5: $index$3" "$err"; then
         ok "$1 ranks: $2: skipped with a warning ($3), resumed from checkpoint_000000"
     else bad "$1 ranks: $2 (exit $rc, $n ranks ok from checkpoint_000000)"; cat "$err"; fi
 }
-# Damaged metadata (the HDF5 API: layout, offsets, shape, dtype, names, metadata, an array
-# dropped or added, the format attribute) is found by the checks of the checkpoint's index;
-# damaged bytes in the HDF5 metadata (16 bytes of the root object header flipped: such
-# damage crashed libhdf5 1.10 in H5Aopen/H5Aiterate2) and an HDF5 file without the checksum
-# header (every checkpoint written before it existed) are refused before HDF5 parses them.
-# At 1 and 2 ranks every case; at 3 ranks (plain build) the two that decide which rows a
-# rank gets.
+# every case at 1 and 2 ranks; at 3 ranks (plain build) the two that decide which rows a
+# rank gets
 nps="1 2 3"
 [ -n "${MT_SANITIZED:-}" ] && nps="1 2"
-index="corrupt checkpoint index: .*"
 for np in $nps; do
     "$run" "$np" "$probe" twice "saved-$np" 600 >"$out" 2>"$err" # stops with an error, resumable
     [ -d "$store/saved-$np/checkpoint_000001" ] || { bad "$np ranks: saving two checkpoints"; continue; }
     for what in layout offsets shape dtype name meta drop add unformat bytes bare; do
         [ "$np" -eq 3 ] && [ "$what" != offsets ] && [ "$what" != layout ] && continue
         case $what in
-        layout) why="${index}array rows: the checksum of its layout does not match" ;;
-        offsets) why="${index}array rows: the checksum of its row offsets does not match" ;;
-        shape) why="${index}array rows: the checksum of its shape does not match" ;;
-        dtype) why="${index}array rows: the checksum of its dtype does not match" ;;
-        name) why="${index}array rows: the checksum of its name does not match" ;;
-        meta) why="${index}the checksum of its metadata does not match" ;;
-        drop) why="${index}the checksum of its list of arrays does not match" ;;
-        add) why="${index}array extra: the checksum of its name does not match" ;;
-        unformat) why="${index}its arrays carry checks but the file has no format attribute" ;;
+        layout) why="array rows: the checksum of its layout does not match" ;;
+        offsets) why="array rows: the checksum of its row offsets does not match" ;;
+        shape) why="array rows: the checksum of its shape does not match" ;;
+        dtype) why="array rows: the checksum of its dtype does not match" ;;
+        name) why="array rows: the checksum of its name does not match" ;;
+        meta) why="the checksum of its metadata does not match" ;;
+        drop) why="the checksum of its list of arrays does not match" ;;
+        add) why="array extra: the checksum of its name does not match" ;;
+        unformat) why="its arrays carry checks but the file has no format attribute" ;;
         bytes) why="damaged: the checksum of its HDF5 metadata does not match its header" ;;
         bare) why="an HDF5 file without a checkpoint checksum header" ;;
         esac
