@@ -38,7 +38,7 @@ if [ $rc1 -eq 1 ] && [ $rc2 -eq 1 ] && [ $rc3 -eq 2 ] && grep -q "host discovery
 else bad "mpitrain-run host discovery errors (exits $rc1 $rc2 $rc3)"; fi
 
 cluster_up f 2 2
-fmnist_h5
+fmnist_h5 all # the whole set: the job is still training when a node goes
 cluster_train lose-node
 "$cl" -n "$cname" kill "${cname}2"
 cluster_watch

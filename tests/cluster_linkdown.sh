@@ -11,7 +11,7 @@ set -u
 cluster_plain_only "a lost link is tested"
 scratch cluster-linkdown
 cluster_up k 3 2
-fmnist_h5
+fmnist_h5 all # the whole set: the job is still training when a node goes
 stall=5
 cluster_train cut-off --stall-warn 1 --stall-timeout $stall
 "$cl" -n "$cname" link "${cname}2" down

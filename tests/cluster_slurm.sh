@@ -84,7 +84,7 @@ if [ $rc -eq 0 ] && grep -q "^rank 0/4: local 0/2 node 0 .* host ${cname}1 " "$o
 else bad "sbatch -N 2 with mpitrain-info (exit $rc, job '$jid')"; fi
 
 # train, be preempted (SIGUSR1), requeue, resume, complete
-fmnist_h5
+fmnist_h5 all # the whole set: the job is still training when it is preempted
 jid=$(MT_TRAINER="$b/tools/trainer" "$cl" -n "$cname" run sbatch --parsable -N 2 --ntasks-per-node=2 \
     --output="$tmp/job-requeue.out" "$src/scripts/slurm/train.sbatch" --data "$data" \
     --storage-path "$tmp/runs" --steps-per-epoch 10 --epochs 30 2>"$err")

@@ -55,9 +55,9 @@ if ! sinfo -h -o %t 2>/dev/null | grep -q idle; then
 fi
 echo "slurm is up on $host"
 
-"$b/tools/mpitrain-import" fashion-mnist --output "$tmp/fmnist.h5" >"$out" 2>"$err" || {
-    bad "Fashion-MNIST import"; finish; }
-opts="--data $tmp/fmnist.h5 --storage-path $tmp/runs --steps-per-epoch 20"
+store=$tmp
+fmnist_h5
+opts="--data $data --storage-path $tmp/runs --steps-per-epoch 20"
 limit=$((300 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 
 for launch in srun mpirun; do
