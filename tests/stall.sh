@@ -8,6 +8,7 @@
 # stopped rank is on another (emulated) node.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
+skip_in_quick_check
 probe="$b/tests/stall_probe"
 scratch stall
 export MT_STORAGE_PATH="$store/runs"
