@@ -3,9 +3,9 @@
 # past --stall-timeout ends the job with the stall status (76). A rank stopped with SIGSTOP
 # (rank 0 or rank 1, at 2 and 3 ranks, three runs each; one under the sanitizers) is named
 # with its host by a rank that waits for it, first at the warning and again when the job
-# ends with 76, whichever rank is stuck. With the launcher stopped too (MPI_Abort cannot reach anyone: what an
-# unreachable node looks like), every waiting rank still ends itself, also when the
-# stopped rank is on another (emulated) node.
+# ends with 76, whichever rank is stuck. With the launcher stopped too (MPI_Abort cannot
+# reach anyone: what an unreachable node looks like), every waiting rank still ends itself,
+# also when the stopped rank is on another (emulated) node.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check

@@ -20,7 +20,8 @@ static void make_fixtures(void)
 {
     if (mt_test_rank() == 0) {
         /* one statement each: a path is one of mt_test_path's four buffers */
-        int rc = fix_write_dataset(mt_test_path("contiguous.h5"), "/train", N_ROWS, FIX_CONTIGUOUS, 0);
+        int rc = fix_write_dataset(mt_test_path("contiguous.h5"), "/train", N_ROWS,
+                                   FIX_CONTIGUOUS, 0);
         rc |= fix_write_dataset(mt_test_path("contiguous.h5"), "/test", 97, FIX_CONTIGUOUS, 1);
         rc |= fix_write_dataset(mt_test_path("chunked.h5"), "/train", N_ROWS, FIX_CHUNKED, 0);
         rc |= fix_write_dataset(mt_test_path("gzip.h5"), "/train", N_ROWS, FIX_GZIP, 0);
@@ -450,8 +451,10 @@ static void test_bad_inputs(void)
                  ":/train: columns have different row counts: a has 10 rows, b has 9");
     expect_error(mt_test_path("string.h5"), "/train", MT_EFORMAT,
                  ":/train/name: column type is string, not numeric");
-    expect_error(mt_test_path("zero.h5"), "/train", MT_EFORMAT, ":/train: the dataset has zero rows");
-    expect_error(mt_test_path("subgroup.h5"), "/train", MT_EFORMAT, ":/train/nested: is not a dataset");
+    expect_error(mt_test_path("zero.h5"), "/train", MT_EFORMAT,
+                 ":/train: the dataset has zero rows");
+    expect_error(mt_test_path("subgroup.h5"), "/train", MT_EFORMAT,
+                 ":/train/nested: is not a dataset");
     expect_error(mt_test_path("contiguous.h5"), "/train/id", MT_EFORMAT, "is not a group");
     if (mt_test_size() > 1)
         expect_error(mt_test_path("one-row.h5"), "/train", MT_EINVAL,
@@ -467,12 +470,13 @@ static void test_bad_inputs(void)
 static void test_missing_on_one_rank(void)
 {
     int victim = mt_test_size() > 1 ? 1 : 0;
-    const char *file = mt_test_rank() == victim ? mt_test_path("missing.h5") : mt_test_path("contiguous.h5");
+    const char *file = mt_test_path(mt_test_rank() == victim ? "missing.h5" : "contiguous.h5");
     mt_test_dataset sets[] = {{"train", file, "/train"}};
     char err[1024], want[700];
     int rc = fit_with(open_only, NULL, sets, 1, (mt_data_config){0}, err, sizeof err);
     MT_ASSERT_INT_EQ(rc, MT_ENOTFOUND);
-    snprintf(want, sizeof want, "rank %d failed: %s: no such file", victim, mt_test_path("missing.h5"));
+    snprintf(want, sizeof want, "rank %d failed: %s: no such file", victim,
+             mt_test_path("missing.h5"));
     MT_ASSERT_STR_CONTAINS(err, want);
 }
 

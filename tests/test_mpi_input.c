@@ -83,6 +83,7 @@ static void make_files(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* One fit of run `name` with dataset "d" from the fixture `file` (NULL: none). */
 static int fit_one(const char *name, mt_train_fn fn, void *arg, const char *file,
                    mt_data_config data, int max_failures, int verbose, char *err, size_t len)
 {
@@ -91,7 +92,7 @@ static int fit_one(const char *name, mt_train_fn fn, void *arg, const char *file
     cfg.run.verbose = verbose;
     cfg.run.failure.max_failures = max_failures;
     cfg.data = data;
-    mt_test_dataset d = {"d", file, "/g"};
+    mt_test_dataset d = {"d", file ? mt_test_path(file) : NULL, "/g"};
     return mt_test_fit_datasets(cfg, fn, arg, &d, file ? 1 : 0, err, len);
 }
 
@@ -129,13 +130,13 @@ static void test_huge_batch_sizes(void)
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
         batch_arg a = {.bs = sizes[i]};
         char err[1024];
-        MT_ASSERT_INT_EQ(fit_one("batch", count_batches, &a, mt_test_path("small.h5"), (mt_data_config){0},
+        MT_ASSERT_INT_EQ(fit_one("batch", count_batches, &a, "small.h5", (mt_data_config){0},
                                  0, MT_VERBOSE_SILENT, err, sizeof err), MT_OK);
         MT_ASSERT_INT_EQ(a.batches, 1); MT_ASSERT_STR_EQ(err, "");
         MT_ASSERT_INT_EQ(a.rows, per_rank);
         a.drop_last = true; /* the one batch is incomplete: dropped */
         err[0] = 0;
-        MT_ASSERT_INT_EQ(fit_one("batch", count_batches, &a, mt_test_path("small.h5"), (mt_data_config){0},
+        MT_ASSERT_INT_EQ(fit_one("batch", count_batches, &a, "small.h5", (mt_data_config){0},
                                  0, MT_VERBOSE_SILENT, err, sizeof err), MT_OK);
         MT_ASSERT_INT_EQ(a.batches, 0);
         MT_ASSERT_STR_EQ(err, "");
@@ -172,7 +173,7 @@ static void test_plan_memory_is_bounded(void)
 {
     huge_arg a = {0};
     char err[1024];
-    MT_ASSERT_INT_EQ(fit_one("huge", read_one_batch, &a, mt_test_path("huge.h5"),
+    MT_ASSERT_INT_EQ(fit_one("huge", read_one_batch, &a, "huge.h5",
                              (mt_data_config){.memory_limit = 1 << 20}, 0, MT_VERBOSE_SILENT, err,
                              sizeof err), MT_OK);
     CU_ASSERT(a.rows == ((int64_t)1 << 50) / mt_test_size());
@@ -204,10 +205,10 @@ static int open_only(mt_context *c, void *varg)
 static void test_columns_beyond_limits(void)
 {
     char err[1024];
-    MT_ASSERT_INT_EQ(fit_one("deep", open_only, NULL, mt_test_path("deep.h5"), (mt_data_config){0}, 0,
+    MT_ASSERT_INT_EQ(fit_one("deep", open_only, NULL, "deep.h5", (mt_data_config){0}, 0,
                              MT_VERBOSE_SILENT, err, sizeof err), MT_EFORMAT);
     MT_ASSERT_STR_CONTAINS(err, "deep.h5:/g/x: has 32 dimensions (need 1 to 8");
-    MT_ASSERT_INT_EQ(fit_one("wide", open_only, NULL, mt_test_path("wide.h5"), (mt_data_config){0}, 0,
+    MT_ASSERT_INT_EQ(fit_one("wide", open_only, NULL, "wide.h5", (mt_data_config){0}, 0,
                              MT_VERBOSE_SILENT, err, sizeof err), MT_EFORMAT);
     MT_ASSERT_STR_CONTAINS(err, "wide.h5:/g/x: a row of shape");
 }
@@ -227,7 +228,7 @@ static void test_long_column_names(void)
         dup2(fileno(f), 1);
         fclose(f);
     }
-    int rc = fit_one("long", open_only, want, mt_test_path("long.h5"), (mt_data_config){0}, 0, 1, err,
+    int rc = fit_one("long", open_only, want, "long.h5", (mt_data_config){0}, 0, 1, err,
                      sizeof err);
     if (mt_test_rank() == 0) {
         fflush(stdout);
