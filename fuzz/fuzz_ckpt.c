@@ -32,7 +32,7 @@ static void pick(const char *scratch)
     run.kept[0].metrics = mt_metrics_new();
     run.nkept = 1;
     int k;
-    mt__checkpoint_pick_valid(&run, 0, INT64_MAX, &k);
+    mt__checkpoint_pick_valid(&run, INT64_MAX, &k);
     mt__run_free(&run);
 }
 

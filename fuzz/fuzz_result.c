@@ -130,7 +130,7 @@ static void fuzz_one(const uint8_t *data, size_t len)
         check(rc);
         int k;
         if (!rc)
-            mt__checkpoint_pick_valid(&run, 0, INT64_MAX, &k);
+            mt__checkpoint_pick_valid(&run, INT64_MAX, &k);
         mt__run_free(&run);
     } else if (mode == 1) {
         mt__rundir run = {0};

@@ -1,7 +1,8 @@
 /*
  * io.h -- the HDF5 layer's internal interface: dataset groups opened with the MPI-IO
- * driver, row reads into memory, importers. The only folder that calls HDF5. Functions
- * take an MPI_Comm but never call collectives/; callers make the agreements.
+ * driver, row reads into memory, checkpoint.h5 (and the writer and reader objects the
+ * runtime uses for it), importers. The only folder that calls HDF5. Functions take an
+ * MPI_Comm but never call collectives/; callers make the agreements.
  *
  * HDF5 as packaged with MPI is not thread-safe, so every entry point here holds one
  * process-wide lock while it is inside HDF5 (read-ahead threads read through it too).
@@ -16,7 +17,8 @@
 typedef struct {
     char *name;
     hid_t dset;
-    mt_dtype dtype;       /* the type rows are kept in memory as */
+    mt_dtype dtype;       /* the stored type, as the mt_dtype that holds it (an int16
+                             column is MT_I32): a shard's default in memory */
     int ndim;
     hsize_t dims[8];
     size_t row_elems;     /* elements per row: product of dims[1..] */
@@ -51,8 +53,9 @@ typedef struct {
 } mt__run;
 
 /* Read the rows of `runs`, in order, of column `col` into dst (rows x row_elems elements
- * of dtype `as`, converted from the stored type by HDF5 during the read). Independent transfer unless g->collective (then every rank must
- * call it the same number of times). */
+ * of dtype `as`, converted from the stored type by HDF5 during the read: out-of-range
+ * values saturate). Independent transfer unless g->collective (then every rank must call
+ * it the same number of times). */
 int mt__h5group_read(mt__h5group *g, int col, const mt__run *runs, int nruns, mt_dtype as,
                      void *dst);
 
@@ -137,8 +140,8 @@ int mt__ckpt_writer_meta(mt__ckpt_writer *w, const char *key, int type, const ch
 int mt__ckpt_writer_close(mt__ckpt_writer **w, int status);
 
 /* A reader (local): opened after the checksum header is checked (mt__ckpt_open); its
- * index, then one array at a time selected by name (read in its stored dtype) and read
- * by rows. */
+ * index, then one array at a time selected by name and read by rows as dtype t (HDF5
+ * converts from the stored type; the runtime asks for the stored one, from the index). */
 typedef struct mt__ckpt_reader mt__ckpt_reader;
 int mt__ckpt_reader_open(const char *path, mt__ckpt_reader **out);
 int mt__ckpt_reader_index(mt__ckpt_reader *r, mt__ckpt_index *ix);

@@ -73,7 +73,7 @@ static int verify(const char *dir, mt__ckpt_index *ix)
     return rc;
 }
 
-int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteration, int *picked)
+int mt__checkpoint_pick_valid(mt__rundir *run, int64_t max_iteration, int *picked)
 {
     /* newest first */
     for (;;) {

@@ -313,20 +313,55 @@ static void apply(mt_trainer_config *cfg, const opt_def *o, const char *val, pro
     }
 }
 
+/* ------------------------------------------------------------ reading argv */
+
+/* Whether arg is the option --NAME (name without "--", len bytes of it), alone or as
+ * --NAME=VALUE; *inline_val is then VALUE, or NULL when alone. */
+static bool option_is(const char *arg, const char *name, size_t len, const char **inline_val)
+{
+    if (strncmp(arg, "--", 2) != 0 || strncmp(arg + 2, name, len) != 0 ||
+        (arg[2 + len] != '\0' && arg[2 + len] != '='))
+        return false;
+    *inline_val = arg[2 + len] == '=' ? arg + 3 + len : NULL;
+    return true;
+}
+
+/* The value of the option at argv[*i]: its inline value, else the next argument before
+ * end (then *i moves onto it); NULL when there is none. */
+static const char *option_value(char *const *argv, int *i, int end, const char *inline_val)
+{
+    if (inline_val)
+        return inline_val;
+    return *i + 1 < end ? argv[++*i] : NULL;
+}
+
+/* The arguments before a "--" (after it, everything belongs to the program). */
+static int args_end(int argc, char *const *argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (argv[i] && !strcmp(argv[i], "--"))
+            return i;
+    return argc;
+}
+
+/* After a loop over argv[1..end) that kept *out of them: "--" and what follows it kept
+ * too, the rest NULL, *argc the number kept. */
+static void args_close(int *argc, char **argv, int end, int out)
+{
+    for (int i = end; i < *argc; i++)
+        argv[out++] = argv[i];
+    for (int i = out; i < *argc; i++)
+        argv[i] = NULL;
+    *argc = out;
+}
+
 static const opt_def *find_opt(const char *arg, const char **inline_val,
                                 const char *const *names)
 {
-    if (strncmp(arg, "--", 2) != 0)
-        return NULL;
-    arg += 2;
-    const char *eq = strchr(arg, '=');
-    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
-        if (strlen(opts[i].name) == len && !strncmp(opts[i].name, arg, len) &&
-            wanted(names, opts[i].name)) {
-            *inline_val = eq ? eq + 1 : NULL;
+        if (wanted(names, opts[i].name) &&
+            option_is(arg, opts[i].name, strlen(opts[i].name), inline_val))
             return &opts[i];
-        }
     return NULL;
 }
 
@@ -346,23 +381,13 @@ int mt_config_from_args_only(mt_trainer_config *cfg, int *argc, char ***argv,
     if ((env = getenv("MT_STORAGE_PATH")) && *env && wanted(names, "storage-path"))
         cfg->run.storage_path = env;
     problems n = {.n = 0};
-    int out = 1;
     char **av = *argv;
-    int ac = *argc;
-    for (int i = 1; i < ac; i++) {
-        if (!strcmp(av[i], "--")) { /* the rest belongs to the program */
-            while (i < ac)
-                av[out++] = av[i++];
-            break;
-        }
+    int end = args_end(*argc, av), out = 1;
+    for (int i = 1; i < end; i++) {
         const char *val = NULL;
         const opt_def *o = find_opt(av[i], &val, names);
-        if (!o) {
+        if (!o || o->kind == OPT_HELP) { /* --help: the program prints its usage */
             av[out++] = av[i];
-            continue;
-        }
-        if (o->kind == OPT_HELP) {
-            av[out++] = av[i]; /* the program prints its usage, with mt_config_usage */
             continue;
         }
         if (o->kind == OPT_FLAG) {
@@ -372,31 +397,16 @@ int mt_config_from_args_only(mt_trainer_config *cfg, int *argc, char ***argv,
                 apply(cfg, o, "", &n);
             continue;
         }
-        if (!val) {
-            if (i + 1 >= ac) {
-                problem(&n, "option --%s needs a value", o->name);
-                continue;
-            }
-            val = av[++i];
-        }
-        apply(cfg, o, val, &n);
+        if (!(val = option_value(av, &i, end, val)))
+            problem(&n, "option --%s needs a value", o->name);
+        else
+            apply(cfg, o, val, &n);
     }
-    for (int i = out; i < ac; i++)
-        av[i] = NULL;
-    *argc = out;
+    args_close(argc, av, end, out);
     return finish(&n);
 }
 
 /* ------------------------------------------------------------ what the library left */
-
-/* The arguments before a "--" (after it, everything belongs to the program). */
-static int args_end(int argc, char *const *argv)
-{
-    for (int i = 1; i < argc; i++)
-        if (argv[i] && !strcmp(argv[i], "--"))
-            return i;
-    return argc;
-}
 
 bool mt_args_help(int argc, char *const *argv)
 {
@@ -414,26 +424,17 @@ int mt_args_take(int *argc, char **argv, const char *name, const char **value)
     if (!argc || !argv || !name || strncmp(name, "--", 2) != 0 || !value)
         return mt__error(MT_EINVAL, "mt_args_take: NULL argument or a name without '--'");
     *value = NULL;
-    size_t len = strlen(name);
-    int end = args_end(*argc, argv), out = 1, i = 1, rc = MT_OK;
-    for (; i < end; i++) {
-        const char *a = argv[i];
-        if (strncmp(a, name, len) != 0 || (a[len] != '\0' && a[len] != '=')) {
+    int end = args_end(*argc, argv), out = 1, rc = MT_OK;
+    for (int i = 1; i < end; i++) {
+        const char *v;
+        if (!option_is(argv[i], name + 2, strlen(name + 2), &v))
             argv[out++] = argv[i];
-            continue;
-        }
-        if (a[len] == '=')
-            *value = a + len + 1;
-        else if (i + 1 < end)
-            *value = argv[++i];
+        else if ((v = option_value(argv, &i, end, v)))
+            *value = v; /* the last one given wins */
         else
             rc = mt__error(MT_EINVAL, "option %s needs a value", name);
     }
-    for (; i < *argc; i++) /* "--" and what follows it */
-        argv[out++] = argv[i];
-    for (i = out; i < *argc; i++)
-        argv[i] = NULL;
-    *argc = out;
+    args_close(argc, argv, end, out);
     return rc;
 }
 

@@ -142,10 +142,7 @@ int mt__metrics_put(mt_metrics *m, const char *key, int type, double f, int64_t 
         free(copy);
         return rc;
     }
-    e->type = type;
-    e->f = f;
-    e->i = i;
-    e->s = copy;
+    *e = (mt__metric){.key = e->key, .type = type, .f = f, .i = i, .s = copy};
     return MT_OK;
 }
 

@@ -113,8 +113,7 @@ static int add_auto(mt_context *c, mt_metrics *row, json_t *j, int64_t iteration
     return bad ? mt__error(MT_ENOMEM, "out of memory building a report") : MT_OK;
 }
 
-static void print_line(const mt_context *c, const mt_metrics *row, int64_t iteration,
-                       const char *ckname)
+static void print_line(const mt_metrics *row, int64_t iteration, const char *ckname)
 {
     double total = 0;
     mt_metrics_get_f64(row, "time_total_s", &total);
@@ -231,7 +230,7 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
         if (!status)
             status = mt__run_append(c->run, j);
         if (c->verbose >= 1)
-            print_line(c, row, iteration, ckname);
+            print_line(row, iteration, ckname);
     }
     json_decref(j);
     free(all), free(lens);

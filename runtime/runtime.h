@@ -170,7 +170,7 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *ru
  * result.json (training_iteration <= max_iteration: a crash between the commit and the
  * row leaves a checkpoint ahead of the log); its position in run->kept in *picked, or -1.
  * MT_ENOMEM (nothing forgotten) when it cannot tell. */
-int mt__checkpoint_pick_valid(mt__rundir *run, int verbose, int64_t max_iteration, int *picked);
+int mt__checkpoint_pick_valid(mt__rundir *run, int64_t max_iteration, int *picked);
 /* A stored checkpoint's description as JSON text (for the trip to other ranks), and back
  * (a stored checkpoint, read locally until mt__checkpoint_restoring binds it). NULL when
  * out of memory (the caller records it) or, recorded, when ck is being built. */

@@ -232,7 +232,7 @@ static int resume_point(mt__rundir *run, const mt_run_config *cfg, json_t **out)
     if (rc)
         return rc;
     int k = -1;
-    rc = mt__checkpoint_pick_valid(run, cfg->verbose, last_row < 0 ? INT64_MAX : last_row, &k);
+    rc = mt__checkpoint_pick_valid(run, last_row < 0 ? INT64_MAX : last_row, &k);
     if (rc)
         return rc;
     int64_t iteration = k >= 0 ? run->kept[k].iteration : 0;

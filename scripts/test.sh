@@ -26,8 +26,9 @@ run_build plain "$top/build-plain" --enable-werror
 run_build sanitizers "$top/build-asan" --enable-werror --enable-sanitizers=address,undefined
 echo "=== make distcheck"
 # the end-to-end scripts and the MPI suites at 2-4 ranks already ran in both builds;
-# distcheck checks that the tarball builds (in parallel, as the builds above), installs and
-# passes the unit suites and the MPI suites at 1 rank
+# distcheck checks that the tarball builds (in parallel, as the builds above), installs
+# (README's commands after the install run in its make installcheck), exports only mt_
+# names, replays the fuzz inputs and passes the unit suites and the MPI suites at 1 rank
 if MT_QUICK_CHECK=1 make -C "$top/build-plain" -j"$(nproc)" distcheck >"$top/build-plain/distcheck.out" 2>&1; then
     echo "make distcheck: 1 passed, 0 failed"
     echo "1 passed, 0 failed" >"$top/build-plain/tests/distcheck.log"

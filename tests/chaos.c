@@ -35,21 +35,6 @@
 
 /* ------------------------------------------------------------ the injector */
 
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t n);
-char *__real_strdup(const char *s);
-char *__real_strndup(const char *s, size_t n);
-int __real_posix_memalign(void **p, size_t align, size_t n);
-void *__real_aligned_alloc(size_t align, size_t n);
-void *__wrap_malloc(size_t n);
-void *__wrap_calloc(size_t n, size_t size);
-void *__wrap_realloc(void *p, size_t n);
-char *__wrap_strdup(const char *s);
-char *__wrap_strndup(const char *s, size_t n);
-int __wrap_posix_memalign(void **p, size_t align, size_t n);
-void *__wrap_aligned_alloc(size_t align, size_t n);
-
 static atomic_int armed;
 static pthread_t owner;
 static long count, fail_at;
@@ -72,19 +57,19 @@ static bool fail_now(void)
     return true;
 }
 
-void *__wrap_malloc(size_t n) { return fail_now() ? NULL : __real_malloc(n); }
-void *__wrap_calloc(size_t n, size_t size) { return fail_now() ? NULL : __real_calloc(n, size); }
-void *__wrap_realloc(void *p, size_t n) { return fail_now() ? NULL : __real_realloc(p, n); }
-char *__wrap_strdup(const char *s) { return fail_now() ? NULL : __real_strdup(s); }
-char *__wrap_strndup(const char *s, size_t n) { return fail_now() ? NULL : __real_strndup(s, n); }
-int __wrap_posix_memalign(void **p, size_t align, size_t n)
-{
-    return fail_now() ? ENOMEM : __real_posix_memalign(p, align, n);
-}
-void *__wrap_aligned_alloc(size_t align, size_t n)
-{
-    return fail_now() ? NULL : __real_aligned_alloc(align, n);
-}
+/* __wrap_NAME: `failed` (NULL, or posix_memalign's ENOMEM) when this allocation is the one
+ * to fail, else what __real_NAME gives; with the prototypes -Wmissing-prototypes asks for */
+#define WRAP(type, name, params, args, failed)                                              \
+    type __real_##name params;                                                            \
+    type __wrap_##name params;                                                            \
+    type __wrap_##name params { return fail_now() ? failed : __real_##name args; }
+WRAP(void *, malloc, (size_t n), (n), NULL)
+WRAP(void *, calloc, (size_t n, size_t size), (n, size), NULL)
+WRAP(void *, realloc, (void *p, size_t n), (p, n), NULL)
+WRAP(char *, strdup, (const char *s), (s), NULL)
+WRAP(char *, strndup, (const char *s, size_t n), (s, n), NULL)
+WRAP(int, posix_memalign, (void **p, size_t align, size_t n), (p, align, n), ENOMEM)
+WRAP(void *, aligned_alloc, (size_t align, size_t n), (align, n), NULL)
 /* jansson allocates through these (json_set_alloc_funcs in main; the library chains its
  * own hook to them) */
 static void *json_malloc(size_t n) { return __wrap_malloc(n); }

@@ -1,11 +1,40 @@
 # Sourced by the cluster tests (after tests/lib.sh): the skips, a cluster of this test's own
 # (name and subnet apart from the other cluster tests and from the other build, so they
 # can run at the same time), a tear-down that always runs, and mpirun across its nodes.
-#   cluster_up NAME NET NODES   e.g. cluster_up mtl 1 3: nodes mtl1..mtl3 on 10.77.1.0/24
+#   cluster_up LETTER NET NODES   e.g. cluster_up l 1 3: nodes mtl1..mtl3 on 10.77.1.0/24
 #   crun SLOTS... -- MPIRUN-ARGS...   mpirun on the nodes (SLOTS ranks on node 1, 2, ...)
+#   cluster_plain_only WHAT   skip (77) in the sanitizer build, saying WHAT runs in the plain one
+#
+# Names and subnets: a cluster is $MT_CLUSTER_PREFIX (default mt) + the test's letter, with
+# an 'a' appended in the sanitizer build, on subnet $MT_CLUSTER_SUBNET.NET (default 10.77;
+# NET + 100 in the sanitizer build); cluster_slurm.sh's slurmctld listens on a port made
+# from the subnet too. A second checkout that runs these tests while another suite runs
+# with the defaults sets both to its own, e.g.
+#   MT_CLUSTER_PREFIX=ar MT_CLUSTER_SUBNET=10.79 make check
+# (prefix: 1 to 4 lower-case letters or digits, so that node and link names stay within
+# cluster.sh's 8 characters; subnet: A.B, numbers up to 255, routed nowhere on this
+# machine). Sourcing this file skips under make distcheck, as every cluster test does.
+skip_in_quick_check
 cl="${top_srcdir:-.}/tests/cluster.sh"
+cprefix=${MT_CLUSTER_PREFIX:-mt}
+csubnet=${MT_CLUSTER_SUBNET:-10.77}
+case "$cprefix" in
+?|??|???|????) ;;
+*) bad "MT_CLUSTER_PREFIX '$cprefix': 1 to 4 lower-case letters or digits"; finish ;;
+esac
+case "$cprefix" in *[!a-z0-9]*) bad "MT_CLUSTER_PREFIX '$cprefix': lower-case letters and digits only"; finish ;; esac
+if ! echo "$csubnet" | grep -qE '^[0-9]{1,3}\.[0-9]{1,3}$' || [ "${csubnet%.*}" -gt 255 ] \
+    || [ "${csubnet#*.}" -gt 255 ]; then
+    bad "MT_CLUSTER_SUBNET '$csubnet': expected A.B (e.g. 10.79)"; finish
+fi
+# cluster_name LETTER: the name cluster_up LETTER gives this test's cluster in this build
+cluster_name() {
+    if [ -n "${MT_SANITIZED:-}" ]; then echo "$cprefix${1}a"; else echo "$cprefix$1"; fi
+}
+cluster_plain_only() {
+    if [ -n "${MT_SANITIZED:-}" ]; then echo "skipped: $1 in the plain build"; exit 77; fi
+}
 cluster_up() {
-    skip_in_quick_check
     if [ "$(id -u)" -ne 0 ]; then
         echo "skipped: the emulated cluster needs root (network namespaces, links, tc)"; exit 77
     fi
@@ -17,11 +46,12 @@ cluster_up() {
         [ -n "${CI:-}" ] && { bad "cannot create network namespaces on this CI machine"; finish; }
         echo "skipped: this machine does not let root create network namespaces"; exit 77
     fi
-    cname=$1; cnet=$2
-    if [ -n "${MT_SANITIZED:-}" ]; then cname=${cname}a; cnet=$((cnet + 100)); fi
+    cname=$(cluster_name "$1"); cnet=$2
+    [ -n "${MT_SANITIZED:-}" ] && cnet=$((cnet + 100))
+    cnet=$csubnet.$cnet
     trap 'cluster_down' EXIT
     trap 'exit 1' INT TERM HUP PIPE
-    "$cl" -n "$cname" -s "10.77.$cnet" up "$3" >"$out" 2>"$err" || { bad "cluster up $3"; finish; }
+    "$cl" -n "$cname" -s "$cnet" up "$3" >"$out" 2>"$err" || { bad "cluster up $3"; finish; }
     cat "$out"
 }
 cluster_down() {
@@ -37,4 +67,47 @@ crun() {
     # shellcheck disable=SC2086
     hf=$("$cl" -n "$cname" hostfile $slots)
     timeout -k 10 $climit "$cl" -n "$cname" run mpirun --hostfile "$hf" "$@"
+}
+now() { date +%s.%N; }
+since() { awk "BEGIN { printf \"%.1f\", $(now) - $1 }"; }
+# cluster_train NAME TRAINER-ARGS...: the example trainer (Fashion-MNIST at $data, 5 epochs
+# of 30 steps, a checkpoint each, all kept) as run NAME under mpitrain-run on 2 nodes x 2
+# ranks, the hosts asked from the cluster before each attempt, in the background ($sup);
+# returns once its second checkpoint is there: $d the run, $latest its newest checkpoint,
+# $t0 the time
+cluster_train() {
+    name=$1; shift
+    d="$store/runs/$name"
+    "$cl" -n "$cname" hostfile 2 2 >/dev/null
+    timeout -k 10 $climit "$cl" -n "$cname" run "$b/tools/mpitrain-run" --max-failures 2 \
+        --host-discovery "$cl -n $cname hosts" -- mpirun "$b/tools/trainer" --data "$data" \
+        --storage-path "$store/runs" --steps-per-epoch 30 --epochs 5 --checkpoint-frequency 1 \
+        --num-to-keep 0 --name "$name" "$@" >"$out" 2>"$err" &
+    sup=$!
+    for _ in $(seq 1 1200); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.05; done
+    latest=$(cd "$d" && ls -d checkpoint_0* 2>/dev/null | tail -n 1)
+    t0=$(now)
+}
+# cluster_watch: while $sup runs, the seconds from $t0 until mpitrain-run reran the first
+# attempt ($detect) and until the first report at world size 2 ($resume); with a LIMIT,
+# a first attempt still running LIMIT s after $t0 is a hang: the job and the cluster's
+# processes are ended
+cluster_watch() {
+    detect=""; resume=""
+    while kill -0 $sup 2>/dev/null; do
+        [ -z "$detect" ] && grep -q "attempt 1 .*rerunning" "$err" && detect=$(since "$t0")
+        [ -z "$resume" ] && grep -q "world_size\":2" "$d/result.json" 2>/dev/null && resume=$(since "$t0")
+        if [ -n "${1:-}" ] && [ -z "$detect" ] && [ "$(since "$t0" | cut -d. -f1)" -ge "$1" ]; then
+            kill $sup 2>/dev/null
+            "$cl" -n "$cname" down # every process of the job, on both nodes
+            break
+        fi
+        sleep 0.05
+    done
+    wait $sup
+    rc=$?
+}
+# column FIELD FILE: the numbers of FIELD in every JSON line of FILE, on one line ("1 2 3 ")
+column() {
+    grep -o "\"$1\": *[0-9][0-9]*" "$2" 2>/dev/null | sed 's/.*: *//' | tr '\n' ' '
 }

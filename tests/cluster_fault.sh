@@ -9,8 +9,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 . "${top_srcdir:-.}/tests/cluster-lib.sh"
-skip_in_quick_check
-b=$(cd "${top_builddir:-.}" && pwd)
 scratch cluster-fault
 
 # mpitrain-run's host list, without a cluster: read again before every attempt, in every
@@ -39,34 +37,15 @@ if [ $rc1 -eq 1 ] && [ $rc2 -eq 1 ] && [ $rc3 -eq 2 ] && grep -q "host discovery
     ok "mpitrain-run: a failed or empty host discovery starts nothing"
 else bad "mpitrain-run host discovery errors (exits $rc1 $rc2 $rc3)"; fi
 
-cluster_up mtf 2 2
-fmnist_h5
-"$cl" -n "$cname" hostfile 2 2 >/dev/null
-now() { date +%s.%N; }
-since() { awk "BEGIN { printf \"%.1f\", $(now) - $1 }"; }
-d="$store/runs/lose-node"
-common="--data $data --storage-path $store/runs --steps-per-epoch 30 --epochs 5 --checkpoint-frequency 1 --num-to-keep 0"
-# shellcheck disable=SC2086
-timeout -k 10 $climit "$cl" -n "$cname" run "$b/tools/mpitrain-run" --max-failures 2 \
-    --host-discovery "$cl -n $cname hosts" -- mpirun "$b/tools/trainer" $common --name lose-node \
-    >"$out" 2>"$err" &
-sup=$!
-for _ in $(seq 1 1200); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.05; done
-latest=$(cd "$d" && ls -d checkpoint_0* 2>/dev/null | tail -n 1)
-t0=$(now)
+cluster_up f 2 2
+fmnist_h5 all # the whole set: the job is still training when a node goes
+cluster_train lose-node
 "$cl" -n "$cname" kill "${cname}2"
-detect=""; resume=""
-while kill -0 $sup 2>/dev/null; do
-    [ -z "$detect" ] && grep -q "attempt 1 .*rerunning" "$err" && detect=$(since "$t0")
-    [ -z "$resume" ] && grep -q "world_size\":2" "$d/result.json" 2>/dev/null && resume=$(since "$t0")
-    sleep 0.05
-done
-wait $sup
-rc=$?
+cluster_watch
 echo "node ${cname}2 killed after $latest; job ended and was rerun after ${detect:-?} s;" \
     "first report at world size 2 after ${resume:-?} s"
-its=$(grep -o '"training_iteration": *[0-9][0-9]*' "$d/result.json" 2>/dev/null | sed 's/.*: *//' | tr '\n' ' ')
-sizes=$(grep -o '"world_size": *[0-9][0-9]*' "$d/result.json" 2>/dev/null | sed 's/.*: *//' | tr '\n' ' ')
+its=$(column training_iteration "$d/result.json")
+sizes=$(column world_size "$d/result.json")
 attempts=$(sed -n 's/.*"attempts": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
 failures=$(sed -n 's/.*"failures": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
 if grep -q "attempt 1 on ${cname}1 (2 slots), ${cname}2 (2 slots)" "$err" \

@@ -17,16 +17,14 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 . "${top_srcdir:-.}/tests/cluster-lib.sh"
-skip_in_quick_check
-b="${top_builddir:-.}"
 scratch cluster-mpi
 # what a killed run of this test would leave: a node and a link of its cluster's name,
 # which bringing the cluster up must remove
 leftover() { ip netns list | grep -qE "^$1[0-9]+( |\$)" || ip -o link show | grep -qE ": $1([0-9]+h|br)[:@]" \
     || [ -e "/run/mpitrain-cluster/$1" ]; }
-lname=mtl; [ -n "${MT_SANITIZED:-}" ] && lname=mtla
+lname=$(cluster_name l)
 [ "$(id -u)" -eq 0 ] && ip netns add ${lname}9 2>/dev/null && ip link add ${lname}9h type dummy 2>/dev/null
-cluster_up mtl 1 3
+cluster_up l 1 3
 if ! ip netns list | grep -q "^${lname}9" && ! ip -o link show | grep -q ": ${lname}9h[:@]"; then
     ok "bringing the cluster up removed a killed run's node and link of the same name"
 else bad "leftovers of a killed run survived cluster up"; fi
@@ -116,7 +114,7 @@ if [ $rc -eq 0 ] && [ -n "$grew" ] && [ "$grew" -le $((8 + slack)) ]; then
 else bad "checkpoint gather from 2 nodes (exit $rc, grew '${grew:-?}' MiB)"; fi
 
 if [ -z "${MT_SANITIZED:-}" ]; then
-    fmnist_h5
+    fmnist_h5 all
     common="--data $data --storage-path $store/runs --steps-per-epoch 40 --epochs 2"
     crun 2 2 -- "$b/tools/trainer" $common --name nodes-2x2 >"$out" 2>"$err"
     rc1=$?

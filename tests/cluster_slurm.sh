@@ -10,19 +10,16 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 . "${top_srcdir:-.}/tests/cluster-lib.sh"
-skip_in_quick_check
-if [ -n "${MT_SANITIZED:-}" ]; then echo "skipped: Slurm across nodes runs in the plain build"; exit 77; fi
-b=$(cd "${top_builddir:-.}" && pwd)
+cluster_plain_only "Slurm across nodes runs"
 src=$(cd "${top_srcdir:-.}" && pwd)
 for p in slurmctld slurmd sbatch munged; do
     command -v $p >/dev/null 2>&1 || { bad "$p not installed (scripts/setup.sh --slurm)"; finish; }
 done
 scratch cluster-slurm
 chmod 755 "$store"
-cluster_up mts 4 2
+cluster_up s 4 2
 tmp=$store
 state=/run/mpitrain-cluster/$cname
-net=$(cat "$state/net")
 slurm_down() {
     "$cl" -n "$cname" run scontrol shutdown >/dev/null 2>&1
     sleep 1
@@ -45,32 +42,13 @@ fi
 mkdir -p "$tmp/state" "$tmp/nodetmp" "$tmp/tmp.${cname}1" "$tmp/tmp.${cname}2"
 # PMIx makes a per-step folder under TmpFS: the nodes share one file system, so each gets a
 # private folder mounted at the same path (TmpFS) in its own mount namespace
-cat >"$tmp/slurm.conf" <<CONF
-ClusterName=mpitrain-nodes
-SlurmctldHost=${cname}head($net.254)
-SlurmctldPort=6937
-SlurmdPort=6938
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
+# slurmctld listens on the head's every address: its port is this cluster subnet's own
+slurm_conf "$tmp" mpitrain-nodes "${cname}head($cnet.254)" $((20000 + ${csubnet#*.} * 10))
+cat >>"$tmp/slurm.conf" <<CONF
 AuthInfo=socket=$tmp/munge/socket
-StateSaveLocation=$tmp/state
-SlurmdSpoolDir=$tmp/spool.%n
-SlurmctldPidFile=$state/slurmctld.pid
-SlurmdPidFile=$tmp/slurmd.%n.pid
-SlurmctldLogFile=$tmp/slurmctld.log
-SlurmdLogFile=$tmp/slurmd.%n.log
 TmpFS=$tmp/nodetmp
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-MpiDefault=none
-JobRequeue=1
-SchedulerType=sched/backfill
-NodeName=${cname}1 NodeAddr=$net.1 CPUs=2 RealMemory=2000 State=UNKNOWN
-NodeName=${cname}2 NodeAddr=$net.2 CPUs=2 RealMemory=2000 State=UNKNOWN
+NodeName=${cname}1 NodeAddr=$cnet.1 CPUs=2 RealMemory=2000 State=UNKNOWN
+NodeName=${cname}2 NodeAddr=$cnet.2 CPUs=2 RealMemory=2000 State=UNKNOWN
 PartitionName=nodes Nodes=${cname}[1-2] Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
 echo "PMIxCliTmpDirBase=$tmp/nodetmp" >"$tmp/mpi.conf"
@@ -106,7 +84,7 @@ if [ $rc -eq 0 ] && grep -q "^rank 0/4: local 0/2 node 0 .* host ${cname}1 " "$o
 else bad "sbatch -N 2 with mpitrain-info (exit $rc, job '$jid')"; fi
 
 # train, be preempted (SIGUSR1), requeue, resume, complete
-fmnist_h5
+fmnist_h5 all # the whole set: the job is still training when it is preempted
 jid=$(MT_TRAINER="$b/tools/trainer" "$cl" -n "$cname" run sbatch --parsable -N 2 --ntasks-per-node=2 \
     --output="$tmp/job-requeue.out" "$src/scripts/slurm/train.sbatch" --data "$data" \
     --storage-path "$tmp/runs" --steps-per-epoch 10 --epochs 30 2>"$err")
@@ -125,7 +103,7 @@ for _ in $(seq 1 $((limit * 5))); do
     sleep 0.2
 done
 cp "$tmp/job-requeue.out" "$out" 2>/dev/null
-its=$(grep -o '"training_iteration": *[0-9][0-9]*' "$d/result.json" 2>/dev/null | sed 's/.*: *//' | tr '\n' ' ')
+its=$(column training_iteration "$d/result.json")
 want=$(seq 1 30 | tr '\n' ' ')
 attempts=$(sed -n 's/.*"attempts": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
 if [ "$state_" = COMPLETED ] && grep -q "requeueing" "$out" && [ "$its" = "$want" ] \

@@ -8,8 +8,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-b="${top_builddir:-.}"
-run="${top_srcdir:-.}/tests/mpirun.sh"
 scratch demo
 limit=$((240 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 runs="$store/runs"

@@ -4,13 +4,12 @@
 #    uninterrupted run with the same seed;
 #  - SIGKILL of one rank under mpitrain-run: the job reruns, resumes and completes, and no
 #    committed checkpoint is lost;
-#  - SIGTERM mid-run: a checkpoint, the preempted status (75), and a rerun completes;
+#  - SIGTERM mid-run: a checkpoint, the preempted status (75), and a rerun resumes and
+#    completes two more epochs;
 #  - max_failures exhausted: the error in error.txt and a non-zero exit.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-b="${top_builddir:-.}"
-run="${top_srcdir:-.}/tests/mpirun.sh"
 scratch fault
 fmnist_h5
 common="--data $data --storage-path $store/runs --steps-per-epoch 30 --epochs 4"
@@ -28,13 +27,13 @@ for np in 2 4; do
         ok "$np ranks: rank 1 fails in epoch 2, the retry resumes and ends with the same metrics"
     else bad "$np ranks: retry after a failure (exit $rc)"; echo "  clean: $a"; echo "  retry: $r"; fi
 
-    # SIGKILL one rank once the second checkpoint exists
+    # SIGKILL one rank once the first checkpoint exists (three epochs before the end)
     name=kill-$np
     timeout -k 5 $limit "$b/tools/mpitrain-run" --max-failures 2 -- mpirun --oversubscribe -np "$np" \
         "$b/tools/trainer" $common --name $name >"$out" 2>"$err" &
     sup=$!
     for _ in $(seq 1 600); do
-        [ -d "$store/runs/$name/checkpoint_000001" ] && break
+        [ -d "$store/runs/$name/checkpoint_000000" ] && break
         sleep 0.05
     done
     victim=$(pgrep -f "trainer $common --name $name" | tail -n 1)
@@ -63,18 +62,22 @@ for np in 2 4; do
     wait $sup
     rc=$?
     status=$(sed -n 's/.*"status": *"\([a-z]*\)".*/\1/p' "$store/runs/$name/run.json")
-    "$run" "$np" "$b/tools/trainer" $common --epochs 60 --steps-per-epoch 1 --name $name >"$out" 2>>"$err"
+    # the rerun resumes and completes two more epochs (not the 60, which only keep the first
+    # run going until the signal)
+    done_its=$(sed -n 's/.*"training_iteration": *\([0-9]*\).*/\1/p' "$store/runs/$name/run.json" \
+        | head -n 1)
+    "$run" "$np" "$b/tools/trainer" $common --epochs $((${done_its:-0} + 2)) --steps-per-epoch 1 \
+        --name $name >"$out" 2>>"$err"
     rc2=$?
-    if [ $rc -eq 75 ] && [ "$status" = preempted ] && [ $rc2 -eq 0 ] && grep -q "resumed from" "$out"; then
+    if [ $rc -eq 75 ] && [ "$status" = preempted ] && [ $rc2 -eq 0 ] && grep -q "resumed from" "$out" \
+        && [ "$(grep -c . "$store/runs/$name/result.json")" -eq $((${done_its:-0} + 2)) ]; then
         ok "$np ranks: SIG$sig to mpitrain-run mid-run: checkpoint, exit 75 (preempted), the rerun resumes and completes"
     else bad "$np ranks: preemption (exit $rc, status '$status', rerun $rc2)"; fi
 done
 
 # retries exhausted: the error, error.txt, a non-zero exit
-"$run" 2 "$b/tools/trainer" $common --name exhausted --max-failures 0 --fail-rank 1 --fail-epoch 1 \
-    >"$out" 2>"$err"
-rc=$?
-if [ $rc -eq 1 ] && grep -q "rank 1 failed" "$store/runs/exhausted/error.txt" \
+if exits 1 "$run" 2 "$b/tools/trainer" $common --name exhausted --max-failures 0 --fail-rank 1 \
+    --fail-epoch 1 && grep -q "rank 1 failed" "$store/runs/exhausted/error.txt" \
     && grep -q "trainer: failed: rank 1 failed" "$err"; then
     ok "max_failures exhausted: error.txt names the rank, the program exits 1"
 else bad "max_failures exhausted (exit $rc)"; fi

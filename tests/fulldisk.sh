@@ -9,9 +9,8 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-probe="${top_builddir:-.}/tests/ckpt_probe"
-run="${top_srcdir:-.}/tests/mpirun.sh"
-check="${top_builddir:-.}/tests/jsonl_check"
+probe="$b/tests/ckpt_probe"
+check="$b/tests/jsonl_check"
 if [ "$(id -u)" -ne 0 ]; then echo "skipped: mounting a tmpfs needs root"; exit 77; fi
 store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-fulldisk-test.XXXXXX")
 disk="$store/disk"; out="$store/out"; err="$store/err"

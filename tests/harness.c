@@ -23,18 +23,53 @@ mt_trainer_config mt_test_config(const char *name)
     return cfg;
 }
 
-int mt_test_fit(mt_trainer_config cfg, mt_train_fn fn, void *arg, mt_result **out)
+int mt_test_fit_trainer(mt_trainer **t, mt_result **out)
 {
-    mt_trainer *t = NULL;
-    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fn, arg, &cfg), MT_OK);
     mt_result *r = NULL;
-    int rc = mt_trainer_fit(t, &r);
+    int rc = mt_trainer_fit(*t, &r);
     if (out)
         *out = r;
     else
         mt_result_free(&r);
-    mt_trainer_destroy(&t);
+    mt_trainer_destroy(t);
     return rc;
+}
+
+/* a fit of fn with cfg and the datasets; the result in *out (owned) when out is not NULL */
+static int fit(mt_trainer_config cfg, mt_train_fn fn, void *arg, const mt_test_dataset *sets,
+               int nsets, mt_result **out)
+{
+    mt_trainer *t = NULL;
+    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fn, arg, &cfg), MT_OK);
+    for (int i = 0; i < nsets; i++)
+        MT_ASSERT_INT_EQ(mt_trainer_add_dataset(t, sets[i].name, sets[i].file, sets[i].group),
+                         MT_OK);
+    return mt_test_fit_trainer(&t, out);
+}
+
+int mt_test_fit(mt_trainer_config cfg, mt_train_fn fn, void *arg, mt_result **out)
+{
+    return fit(cfg, fn, arg, NULL, 0, out);
+}
+
+int mt_test_fit_datasets(mt_trainer_config cfg, mt_train_fn fn, void *arg,
+                         const mt_test_dataset *sets, int nsets, char *err, size_t len)
+{
+    mt_result *r = NULL;
+    int rc = fit(cfg, fn, arg, sets, nsets, &r);
+    if (err)
+        snprintf(err, len, "%s", mt_result_error(r) ? mt_result_error(r) : "");
+    mt_result_free(&r);
+    return rc;
+}
+
+const char *mt_test_path(const char *name)
+{
+    static char p[4][1200];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", mt_test_storage(), name);
+    return p[k];
 }
 
 const char *mt_test_run_file(const char *name, const char *file)
@@ -64,8 +99,6 @@ static void remove_storage(bool mpi)
         mt_test_rmtree(storage);
     }
 }
-void (*mt_test_before)(void);
-void (*mt_test_after)(void);
 
 int mt_test_rank(void) { return rank; }
 int mt_test_size(void) { return size; }
@@ -140,6 +173,12 @@ static bool listed(const char *list, const char *name)
 
 int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests, bool mpi)
 {
+    return mt_test_main_with(argc, argv, suite, tests, mpi, NULL, NULL);
+}
+
+int mt_test_main_with(int argc, char **argv, const char *suite, const mt_test *tests, bool mpi,
+                      void (*before)(void), void (*after)(void))
+{
     if (mpi) {
         if (mt_init(&argc, &argv) != MT_OK) {
             fprintf(stderr, "%s: MPI initialisation failed: %s\n", suite, mt_last_error());
@@ -149,8 +188,8 @@ int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests,
         MPI_Comm_size(MPI_COMM_WORLD, &size);
     }
     make_storage(mpi);
-    if (mt_test_before)
-        mt_test_before();
+    if (before)
+        before();
     const char *only = argc > 1 ? argv[1] : NULL; /* run some tests: NAME[,NAME...] */
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
@@ -178,8 +217,8 @@ int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests,
         failures = total;
     }
     CU_cleanup_registry();
-    if (mt_test_after)
-        mt_test_after();
+    if (after)
+        after();
     remove_storage(mpi);
     if (mpi)
         mt_finalize();

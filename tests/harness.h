@@ -1,10 +1,14 @@
 /*
- * harness.h -- the CUnit harness for single-process and MPI suites.
+ * harness.h -- the CUnit harness for single-process and MPI suites, and what their tests
+ * share: a storage folder of the job's own, configs and fits, assertions that print both
+ * values.
  *
  * A suite file lists its tests once, in a NULL-terminated mt_test table, and calls
- * mt_test_main. In MPI mode every rank runs every test; the failure count is summed over
- * ranks, every rank's failed assertions are printed with its rank, rank 0 prints the
- * CUnit summary, and every rank exits with the same status.
+ * mt_test_main (mt_test_main_with for fixtures). The program runs every test, or those
+ * named in its first argument (NAME[,NAME...]). In MPI mode every rank runs the same
+ * tests; the failure count is summed over ranks, every rank's failed assertions are
+ * printed with its rank, rank 0 prints the CUnit summary, and every rank exits with the
+ * same status.
  */
 #ifndef MT_TEST_HARNESS_H
 #define MT_TEST_HARNESS_H
@@ -21,23 +25,38 @@ typedef struct {
 } mt_test;
 
 int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests, bool mpi);
-/* Optional: run after MPI is up and before it goes down (fixtures). */
-extern void (*mt_test_before)(void);
-extern void (*mt_test_after)(void);
+/* The same with fixtures: before runs once MPI is up and mt_test_storage() exists, after
+ * once the tests are done, before both go; either may be NULL. */
+int mt_test_main_with(int argc, char **argv, const char *suite, const mt_test *tests, bool mpi,
+                      void (*before)(void), void (*after)(void));
 
 /* A storage_path of this test job's own (MPI suites: the same on every rank), removed at
  * the end. */
 const char *mt_test_storage(void);
+/* <mt_test_storage()>/<name>: a suite's own files (fixtures) beside its runs; four static
+ * buffers used in turn, so a call may take up to four. */
+const char *mt_test_path(const char *name);
 /* A trainer config for a run of that name in mt_test_storage(), silent. */
 mt_trainer_config mt_test_config(const char *name);
 /* One fit of fn with cfg: its code; the result in *out (owned) when out is not NULL. */
 int mt_test_fit(mt_trainer_config cfg, mt_train_fn fn, void *arg, mt_result **out);
+/* One fit of the trainer *t, which it then destroys: its code; the result in *out (owned)
+ * when out is not NULL. */
+int mt_test_fit_trainer(mt_trainer **t, mt_result **out);
+/* A dataset the trainer gets before fit: its name, HDF5 file and group. */
+typedef struct {
+    const char *name, *file, *group;
+} mt_test_dataset;
+/* One fit of fn with cfg and the nsets datasets: its code; the result's error text ("" when
+ * none) in err[len] when err is not NULL. */
+int mt_test_fit_datasets(mt_trainer_config cfg, mt_train_fn fn, void *arg,
+                         const mt_test_dataset *sets, int nsets, char *err, size_t len);
 /* <mt_test_storage()>/<name>/<file> (a static buffer: one at a time). */
 const char *mt_test_run_file(const char *name, const char *file);
 
-/* MPI suites: this process's rank and the job's size. */
 /* A line of /proc/self/status in KiB ("VmRSS", "VmHWM"); -1 when it cannot be read. */
 long mt_test_status_kib(const char *field);
+/* MPI suites: this process's rank and the job's size (0 and 1 in a single-process suite). */
 int mt_test_rank(void);
 int mt_test_size(void);
 

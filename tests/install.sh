@@ -1,12 +1,14 @@
 #!/bin/sh
 # Install and build README's demo against the installed library, as users do:
-#  1. this build's `make install` into a DESTDIR, then
+#  1. (make check) this build's `make install` into a DESTDIR, then
 #       mpicc demo.c $(pkg-config --cflags --libs mpitrain)
 #     and a run at 2 ranks (with this build's sanitizer flags, if any);
-#  2. (plain build, not under distcheck) README's commands literally, from
-#     "./configure --prefix=$HOME/mpitrain && make -j && make install" (in a fresh build folder,
-#     HOME a temporary folder) to "mpirun -np 2 ./demo", with no LD_LIBRARY_PATH and no
-#     oversubscription setting: PKG_CONFIG_PATH and the rpath in mpitrain.pc are enough.
+#  2. (tests/install.sh --installed, from make installcheck, so in make distcheck: after
+#     its configure --prefix, make and make install) README's commands after "./configure
+#     --prefix=$HOME/mpitrain && make -j && make install" literally, HOME a temporary folder
+#     whose mpitrain is that prefix, to "mpirun -np 2 ./demo", with no LD_LIBRARY_PATH and
+#     no oversubscription setting: PKG_CONFIG_PATH and the rpath in mpitrain.pc are enough.
+#     Run there, it shares distcheck's build instead of building everything once more.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-install.XXXXXX")
@@ -21,44 +23,53 @@ demo_ran() { # demo_ran RESULTS: the demo's 3 epochs, finished
         && grep -q '"status": "finished"' "$1/demo/run.json"
 }
 
-# 1. DESTDIR install of this build
-if ${MAKE:-make} -C "${top_builddir:-.}" install DESTDIR="$tmp/root" >"$out" 2>"$err"; then
-    pc=$(find "$tmp/root" -name mpitrain.pc | head -n 1)
-    pcdir=$(dirname "${pc:-.}")
-    root_prefix="$tmp/root$(sed -n 's/^prefix=//p' "${pc:-/dev/null}")"
-    flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --define-prefix --cflags --libs mpitrain)
-    echo "mpicc demo.c $flags"
-    # a sanitizer build's client gets the sanitizer defaults every program of the build has
-    sanopts=""
-    [ -n "${MT_SAN_FLAGS:-}" ] && sanopts="$src/common/sanopts.c"
-    # shellcheck disable=SC2086
-    if [ -n "$pc" ] && mpicc ${MT_SAN_FLAGS:-} -o "$tmp/client" "$tmp/demo.c" $sanopts $flags >"$out" 2>"$err" \
-        && LD_LIBRARY_PATH="$root_prefix/lib" MT_STORAGE_PATH="$tmp/results" \
-            "$src/tests/mpirun.sh" 2 -x LD_LIBRARY_PATH -x MT_STORAGE_PATH "$tmp/client" >"$out" 2>"$err" \
-        && demo_ran "$tmp/results"; then
-        ok "make install DESTDIR=...: README's demo builds with pkg-config and runs at 2 ranks"
-    else bad "README's demo against the DESTDIR install"; fi
-else bad "make install DESTDIR=$tmp/root"; fi
-
-# 2. README's commands, literally
-if [ -n "${MT_SANITIZED:-}" ] || [ -n "${MT_QUICK_CHECK:-}" ]; then
-    echo "README's install commands: run by the plain build's make check"
+if [ "${1:-}" != --installed ]; then
+    # 1. DESTDIR install of this build
+    if ${MAKE:-make} -C "${top_builddir:-.}" install DESTDIR="$tmp/root" >"$out" 2>"$err"; then
+        pc=$(find "$tmp/root" -name mpitrain.pc | head -n 1)
+        pcdir=$(dirname "${pc:-.}")
+        root_prefix="$tmp/root$(sed -n 's/^prefix=//p' "${pc:-/dev/null}")"
+        flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --define-prefix --cflags --libs mpitrain)
+        echo "mpicc demo.c $flags"
+        # a sanitizer build's client gets the sanitizer defaults every program of the build has
+        sanopts=""
+        [ -n "${MT_SAN_FLAGS:-}" ] && sanopts="$src/common/sanopts.c"
+        # shellcheck disable=SC2086
+        if [ -n "$pc" ] && mpicc ${MT_SAN_FLAGS:-} -o "$tmp/client" "$tmp/demo.c" $sanopts $flags >"$out" 2>"$err" \
+            && LD_LIBRARY_PATH="$root_prefix/lib" MT_STORAGE_PATH="$tmp/results" \
+                "$src/tests/mpirun.sh" 2 -x LD_LIBRARY_PATH -x MT_STORAGE_PATH "$tmp/client" >"$out" 2>"$err" \
+            && demo_ran "$tmp/results"; then
+            ok "make install DESTDIR=...: README's demo builds with pkg-config and runs at 2 ranks"
+        else bad "README's demo against the DESTDIR install"; fi
+    else bad "make install DESTDIR=$tmp/root"; fi
     finish
+fi
+
+# 2. README's commands, literally, after its install (make installcheck: prefix and libdir)
+if [ -n "${MT_SAN_FLAGS:-}" ]; then
+    echo "README's install commands: run against a plain build's install"
+    finish
+fi
+if [ -z "${prefix:-}" ] || [ "${libdir:-}" != "$prefix/lib" ]; then
+    bad "--installed needs prefix and libdir = \$prefix/lib (got '${prefix:-}', '${libdir:-}')"; finish
 fi
 awk '/^Build it against an installed mpitrain/ { f = 1; next } f && /^```sh/ { g = 1; next }
      g && /^```/ { exit } g { print } g && /^mpirun -np 2 \.\/demo *(#|$)/ { exit }' "$src/README.md" \
-    | sed -e 's/ *#.*$//' -e "s|^\./configure |\"$src/configure\" |" -e 's/make -j /make -j2 /' >"$tmp/readme.sh"
+    | sed -e 's/ *#.*$//' >"$tmp/readme.sh"
 mkdir "$tmp/home" "$tmp/build"
+ln -s "$prefix" "$tmp/home/mpitrain" # where README's first line installs
 cp "$tmp/demo.c" "$tmp/build/demo.c"
-echo "README's commands (HOME=$tmp/home, in $tmp/build):"; cat "$tmp/readme.sh"
+sed 1d "$tmp/readme.sh" >"$tmp/after-install.sh"
+echo "README's commands after its install (HOME=$tmp/home, $tmp/home/mpitrain -> $prefix, in $tmp/build):"
+cat "$tmp/after-install.sh"
 (cd "$tmp/build" || exit 1
  unset LD_LIBRARY_PATH PKG_CONFIG_PATH OMPI_MCA_rmaps_base_oversubscribe MT_STORAGE_PATH
  HOME="$tmp/home"; export HOME
- timeout -k 5 $((900 * ${MT_TEST_TIMEOUT_SCALE:-1})) sh -eu "$tmp/readme.sh") >"$out" 2>"$err"
+ timeout -k 5 $((300 * ${MT_TEST_TIMEOUT_SCALE:-1})) sh -eu "$tmp/after-install.sh") >"$out" 2>"$err"
 rc=$?
-if [ $rc -eq 0 ] && grep -q "^./configure --prefix=\$HOME/mpitrain" "$src/README.md" \
+if [ $rc -eq 0 ] && [ "$(head -n 1 "$tmp/readme.sh")" = './configure --prefix=$HOME/mpitrain && make -j && make install' ] \
     && [ "$(grep -c . "$tmp/readme.sh")" -eq 4 ] && demo_ran "$tmp/home/mpitrain_results" \
-    && readelf -d "$tmp/build/demo" | grep -q "R.*PATH.*$tmp/home/mpitrain/lib"; then
-    ok "README's commands as written: configure --prefix, make install, PKG_CONFIG_PATH, mpicc with pkg-config, mpirun -np 2 (rpath, no LD_LIBRARY_PATH)"
-else bad "README's install commands (exit $rc)"; fi
+    && readelf -d "$tmp/build/demo" | grep -q "R.*PATH.*$libdir"; then
+    ok "README's commands as written after configure --prefix and make install: PKG_CONFIG_PATH, mpicc with pkg-config, mpirun -np 2 (rpath, no LD_LIBRARY_PATH)"
+else bad "README's commands after its install (exit $rc)"; fi
 finish

@@ -6,8 +6,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-b="${top_builddir:-.}"
-run="${top_srcdir:-.}/tests/mpirun.sh"
 scratch results
 fmnist_h5
 common="--data $data --storage-path $store/runs --steps-per-epoch 20 --checkpoint-frequency 1"

@@ -10,9 +10,8 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-probe="${top_builddir:-.}/tests/ckpt_probe"
-run="${top_srcdir:-.}/tests/mpirun.sh"
-check="${top_builddir:-.}/tests/jsonl_check"
+probe="$b/tests/ckpt_probe"
+check="$b/tests/jsonl_check"
 scratch rundir
 export MT_STORAGE_PATH="$store"
 

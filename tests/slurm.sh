@@ -11,7 +11,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-b=$(cd "${top_builddir:-.}" && pwd)
 src=$(cd "${top_srcdir:-.}" && pwd)
 for p in slurmctld slurmd sbatch munged; do
     command -v $p >/dev/null 2>&1 || { echo "FAILED: $p not installed (scripts/setup.sh --slurm)"; echo "0 passed, 1 failed"; exit 1; }
@@ -24,7 +23,7 @@ started_munge=0
 cleanup() {
     scontrol shutdown >/dev/null 2>&1
     sleep 1
-    for f in "$tmp/slurmctld.pid" "$tmp/slurmd.pid"; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+    for f in "$tmp"/slurm*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
     [ $started_munge -eq 1 ] && [ -f /run/munge/munged.pid ] && kill "$(cat /run/munge/munged.pid)" 2>/dev/null
     rm -rf "$tmp"
 }
@@ -39,29 +38,8 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
     sleep 1
 fi
 mem=$(awk '/MemTotal/ { printf "%d", $2 / 1024 * 0.8 }' /proc/meminfo)
-mkdir -p "$tmp/state" "$tmp/spool"
-cat >"$tmp/slurm.conf" <<CONF
-ClusterName=mpitrain-test
-SlurmctldHost=$host
-SlurmctldPort=6917
-SlurmdPort=6918
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-StateSaveLocation=$tmp/state
-SlurmdSpoolDir=$tmp/spool
-SlurmctldPidFile=$tmp/slurmctld.pid
-SlurmdPidFile=$tmp/slurmd.pid
-SlurmctldLogFile=$tmp/slurmctld.log
-SlurmdLogFile=$tmp/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-MpiDefault=none
-JobRequeue=1
-SchedulerType=sched/backfill
+slurm_conf "$tmp" mpitrain-test "$host" 6917
+cat >>"$tmp/slurm.conf" <<CONF
 NodeName=$host CPUs=$(nproc) RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
@@ -72,14 +50,14 @@ for _ in $(seq 1 100); do
     sleep 0.2
 done
 if ! sinfo -h -o %t 2>/dev/null | grep -q idle; then
-    bad "Slurm did not start"; cat "$tmp/slurmctld.log" "$tmp/slurmd.log" 2>/dev/null | tail -n 20
+    bad "Slurm did not start"; cat "$tmp"/slurm*.log 2>/dev/null | tail -n 20
     finish
 fi
 echo "slurm is up on $host"
 
-"$b/tools/mpitrain-import" fashion-mnist --output "$tmp/fmnist.h5" >"$out" 2>"$err" || {
-    bad "Fashion-MNIST import"; finish; }
-opts="--data $tmp/fmnist.h5 --storage-path $tmp/runs --steps-per-epoch 20"
+store=$tmp
+fmnist_h5
+opts="--data $data --storage-path $tmp/runs --steps-per-epoch 20"
 limit=$((300 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 
 for launch in srun mpirun; do

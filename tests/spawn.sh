@@ -18,7 +18,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-b="${top_builddir:-.}"
 scratch spawn
 fmnist_h5
 limit=$((60 * ${MT_TEST_TIMEOUT_SCALE:-1}))

@@ -33,6 +33,20 @@ static void put_be32(unsigned char *p, uint32_t v)
     p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
 }
 
+/* len bytes at b as the file, gzip-compressed when gz */
+static void write_bytes(const char *file, const unsigned char *b, size_t len, bool gz)
+{
+    if (gz) {
+        gzFile z = gzopen(file, "wb");
+        gzwrite(z, b, (unsigned)len);
+        gzclose(z);
+    } else {
+        FILE *f = fopen(file, "wb");
+        fwrite(b, 1, len, f);
+        fclose(f);
+    }
+}
+
 /* An IDX file of n images of h x w bytes (value (i*7 + j) % 256), cut to `keep` bytes. */
 static void write_idx_u8(const char *file, int n, int h, int w, bool gz, long keep)
 {
@@ -44,15 +58,7 @@ static void write_idx_u8(const char *file, int n, int h, int w, bool gz, long ke
         b[i] = (unsigned char)(((i - 16) * 7) % 256);
     if (keep >= 0 && (size_t)keep < len)
         len = (size_t)keep;
-    if (gz) {
-        gzFile z = gzopen(file, "wb");
-        gzwrite(z, b, (unsigned)len);
-        gzclose(z);
-    } else {
-        FILE *f = fopen(file, "wb");
-        fwrite(b, 1, len, f);
-        fclose(f);
-    }
+    write_bytes(file, b, len, gz);
     free(b);
 }
 
@@ -63,9 +69,7 @@ static void write_idx_labels(const char *file, int n)
     put_be32(b + 4, (uint32_t)n);
     for (int i = 0; i < n; i++)
         b[8 + i] = (unsigned char)(i % 10);
-    FILE *f = fopen(file, "wb");
-    fwrite(b, 1, 8 + (size_t)n, f);
-    fclose(f);
+    write_bytes(file, b, 8 + (size_t)n, false);
 }
 
 static void write_idx_f32(const char *file, int n)
@@ -254,15 +258,7 @@ static void write_idx_header(const char *file, const uint32_t *dims, int nd, siz
     b[3] = (unsigned char)nd;
     for (int d = 0; d < nd; d++)
         put_be32(b + 4 + 4 * d, dims[d]);
-    if (gz) {
-        gzFile z = gzopen(file, "wb");
-        gzwrite(z, b, (unsigned)len);
-        gzclose(z);
-    } else {
-        FILE *f = fopen(file, "wb");
-        fwrite(b, 1, len, f);
-        fclose(f);
-    }
+    write_bytes(file, b, len, gz);
     free(b);
 }
 
@@ -916,7 +912,5 @@ static const mt_test tests[] = {
 
 int main(int argc, char **argv)
 {
-    mt_test_before = make_dir;
-    mt_test_after = remove_dir;
-    return mt_test_main(argc, argv, "io", tests, false);
+    return mt_test_main_with(argc, argv, "io", tests, false, make_dir, remove_dir);
 }

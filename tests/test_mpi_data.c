@@ -12,78 +12,43 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-static char dir[256];
-
-static const char *path(const char *name)
-{
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
 
 #define N_ROWS 1003
 
 static void make_fixtures(void)
 {
     if (mt_test_rank() == 0) {
-        snprintf(dir, sizeof dir, "%s/mpitrain-data-test-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-                 (int)getpid());
-        mkdir(dir, 0700);
-        int rc = fix_write_dataset(path("contiguous.h5"), "/train", N_ROWS, FIX_CONTIGUOUS, 0) |
-                 fix_write_dataset(path("contiguous.h5"), "/test", 97, FIX_CONTIGUOUS, 1) |
-                 fix_write_dataset(path("chunked.h5"), "/train", N_ROWS, FIX_CHUNKED, 0) |
-                 fix_write_dataset(path("gzip.h5"), "/train", N_ROWS, FIX_GZIP, 0) |
-                 fix_write_dataset(path("one-row.h5"), "/train", 1, FIX_CONTIGUOUS, 0) |
-                 fix_write_broken(path("empty.h5"), "empty-group") |
-                 fix_write_broken(path("ragged.h5"), "ragged") |
-                 fix_write_broken(path("string.h5"), "string-column") |
-                 fix_write_broken(path("zero.h5"), "zero-rows") |
-                 fix_write_broken(path("subgroup.h5"), "subgroup");
-        FILE *f = fopen(path("notes.txt"), "w");
+        /* one statement each: a path is one of mt_test_path's four buffers */
+        int rc = fix_write_dataset(mt_test_path("contiguous.h5"), "/train", N_ROWS,
+                                   FIX_CONTIGUOUS, 0);
+        rc |= fix_write_dataset(mt_test_path("contiguous.h5"), "/test", 97, FIX_CONTIGUOUS, 1);
+        rc |= fix_write_dataset(mt_test_path("chunked.h5"), "/train", N_ROWS, FIX_CHUNKED, 0);
+        rc |= fix_write_dataset(mt_test_path("gzip.h5"), "/train", N_ROWS, FIX_GZIP, 0);
+        rc |= fix_write_dataset(mt_test_path("one-row.h5"), "/train", 1, FIX_CONTIGUOUS, 0);
+        rc |= fix_write_broken(mt_test_path("empty.h5"), "empty-group");
+        rc |= fix_write_broken(mt_test_path("ragged.h5"), "ragged");
+        rc |= fix_write_broken(mt_test_path("string.h5"), "string-column");
+        rc |= fix_write_broken(mt_test_path("zero.h5"), "zero-rows");
+        rc |= fix_write_broken(mt_test_path("subgroup.h5"), "subgroup");
+        FILE *f = fopen(mt_test_path("notes.txt"), "w");
         fputs("not an HDF5 file\n", f);
         fclose(f);
         if (rc)
             fprintf(stderr, "fixtures: writing test files failed\n");
     }
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-}
-
-static void remove_fixtures(void)
-{
     MPI_Barrier(MPI_COMM_WORLD);
-    if (mt_test_rank() == 0) {
-        mt_test_rmtree(dir);
-    }
 }
 
 /* ------------------------------------------------------------ running a job */
 
-typedef struct {
-    const char *name, *file, *group;
-} ds;
-
-static int fit_with(mt_train_fn fn, void *arg, const ds *sets, int nsets, mt_data_config data,
-                    char *err, size_t len)
+static int fit_with(mt_train_fn fn, void *arg, const mt_test_dataset *sets, int nsets,
+                    mt_data_config data, char *err, size_t len)
 {
-    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .overwrite = true,
-                                     .name = "data", .verbose = MT_VERBOSE_SILENT},
-                             .data = data};
-    mt_trainer *t = NULL;
-    mt_result *r = NULL;
-    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fn, arg, &cfg), MT_OK);
-    for (int i = 0; i < nsets; i++)
-        CU_ASSERT_EQUAL(mt_trainer_add_dataset(t, sets[i].name, sets[i].file, sets[i].group), MT_OK);
-    int rc = mt_trainer_fit(t, &r);
-    if (err)
-        snprintf(err, len, "%s", mt_result_error(r) ? mt_result_error(r) : "");
-    mt_result_free(&r);
-    mt_trainer_destroy(&t);
-    return rc;
+    mt_trainer_config cfg = mt_test_config("data");
+    cfg.run.overwrite = true;
+    cfg.data = data;
+    return mt_test_fit_datasets(cfg, fn, arg, sets, nsets, err, len);
 }
 
 /* ------------------------------------------------------------ exactly once */
@@ -190,7 +155,7 @@ static void run_once_as(const char *file, bool shuffle, size_t memory_limit, siz
     once_arg a = {.dataset = "train", .opt = {.batch_size = bs, .shuffle = shuffle, .seed = 7,
                                               .drop_last = drop_last},
                   .epochs = 2, .expect_rows = N_ROWS / P, .wide = wide};
-    ds sets[] = {{"train", path(file), "/train"}};
+    mt_test_dataset sets[] = {{"train", mt_test_path(file), "/train"}};
     char err[1024];
     int rc = fit_with(check_once, &a, sets, 1, (mt_data_config){.memory_limit = memory_limit},
                       err, sizeof err);
@@ -274,12 +239,12 @@ static int stream_big(mt_context *c, void *varg)
 static void test_streaming_memory(void)
 {
     if (mt_test_rank() == 0 &&
-        fix_write_wide(path("big.h5"), "/train", WIDE_ROWS, 256) != 0) /* 1 KiB a row */
+        fix_write_wide(mt_test_path("big.h5"), "/train", WIDE_ROWS, 256) != 0) /* 1 KiB a row */
         CU_FAIL("could not write big.h5");
     MPI_Barrier(MPI_COMM_WORLD);
     int P = mt_test_size();
     mem_arg a = {0};
-    ds sets[] = {{"big", path("big.h5"), "/train"}};
+    mt_test_dataset sets[] = {{"big", mt_test_path("big.h5"), "/train"}};
     MT_ASSERT_INT_EQ(fit_with(stream_big, &a, sets, 1,
                               (mt_data_config){.memory_limit = WIDE_LIMIT}, NULL, 0), MT_OK);
     MT_ASSERT_INT_EQ(a.rows, WIDE_ROWS / P);
@@ -296,7 +261,7 @@ static void test_streaming_memory(void)
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (mt_test_rank() == 0)
-        unlink(path("big.h5"));
+        unlink(mt_test_path("big.h5"));
 }
 
 static void test_replicated(void)
@@ -304,7 +269,7 @@ static void test_replicated(void)
     const char *split_none[] = {"something-else", NULL};
     once_arg a = {.dataset = "train", .opt = {.batch_size = 50, .shuffle = true, .seed = 3},
                   .epochs = 1, .replicated = true, .expect_rows = N_ROWS};
-    ds sets[] = {{"train", path("contiguous.h5"), "/train"}};
+    mt_test_dataset sets[] = {{"train", mt_test_path("contiguous.h5"), "/train"}};
     MT_ASSERT_INT_EQ(fit_with(check_once, &a, sets, 1,
                               (mt_data_config){.datasets_to_split = split_none}, NULL, 0), MT_OK);
     MT_ASSERT_INT_EQ(a.bad_rows, 0);
@@ -317,7 +282,7 @@ static void test_shuffle_orders(void)
     int64_t *e0 = calloc((size_t)q, 8), *e1 = calloc((size_t)q, 8), *again = calloc((size_t)q, 8);
     once_arg a = {.dataset = "train", .opt = {.batch_size = 16, .shuffle = true, .seed = 11},
                   .epochs = 2, .expect_rows = q, .first_order = e0, .second_order = e1};
-    ds sets[] = {{"train", path("contiguous.h5"), "/train"}};
+    mt_test_dataset sets[] = {{"train", mt_test_path("contiguous.h5"), "/train"}};
     MT_ASSERT_INT_EQ(fit_with(check_once, &a, sets, 1, (mt_data_config){0}, NULL, 0), MT_OK);
     a.first_order = again;
     a.second_order = NULL;
@@ -441,7 +406,7 @@ static int direct_reads(mt_context *c, void *arg)
 
 static void test_conversions(void)
 {
-    ds sets[] = {{"test", path("contiguous.h5"), "/test"}};
+    mt_test_dataset sets[] = {{"test", mt_test_path("contiguous.h5"), "/test"}};
     MT_ASSERT_INT_EQ(fit_with(conversions, NULL, sets, 1, (mt_data_config){0}, NULL, 0), MT_OK);
     MT_ASSERT_INT_EQ(fit_with(direct_reads, NULL, sets, 1, (mt_data_config){0}, NULL, 0), MT_OK);
     /* and streamed: a 512-byte limit makes windows of a few rows */
@@ -465,7 +430,7 @@ static int open_only(mt_context *c, void *arg)
 
 static void expect_error(const char *file, const char *group, int code, const char *msg)
 {
-    ds sets[] = {{"train", file, group}};
+    mt_test_dataset sets[] = {{"train", file, group}};
     char err[2048];
     int rc = fit_with(open_only, NULL, sets, 1, (mt_data_config){0}, err, sizeof err);
     MT_ASSERT_INT_EQ(rc, code);
@@ -475,25 +440,27 @@ static void expect_error(const char *file, const char *group, int code, const ch
 static void test_bad_inputs(void)
 {
     char want[700];
-    snprintf(want, sizeof want, "%s: no such file", path("missing.h5"));
-    expect_error(path("missing.h5"), "/train", MT_ENOTFOUND, want);
-    snprintf(want, sizeof want, "%s: not an HDF5 file", path("notes.txt"));
-    expect_error(path("notes.txt"), "/train", MT_EFORMAT, want);
-    snprintf(want, sizeof want, "%s: no group /validation", path("contiguous.h5"));
-    expect_error(path("contiguous.h5"), "/validation", MT_ENOTFOUND, want);
-    expect_error(path("empty.h5"), "/train", MT_EFORMAT, ":/train: the group is empty");
-    expect_error(path("ragged.h5"), "/train", MT_EFORMAT,
+    snprintf(want, sizeof want, "%s: no such file", mt_test_path("missing.h5"));
+    expect_error(mt_test_path("missing.h5"), "/train", MT_ENOTFOUND, want);
+    snprintf(want, sizeof want, "%s: not an HDF5 file", mt_test_path("notes.txt"));
+    expect_error(mt_test_path("notes.txt"), "/train", MT_EFORMAT, want);
+    snprintf(want, sizeof want, "%s: no group /validation", mt_test_path("contiguous.h5"));
+    expect_error(mt_test_path("contiguous.h5"), "/validation", MT_ENOTFOUND, want);
+    expect_error(mt_test_path("empty.h5"), "/train", MT_EFORMAT, ":/train: the group is empty");
+    expect_error(mt_test_path("ragged.h5"), "/train", MT_EFORMAT,
                  ":/train: columns have different row counts: a has 10 rows, b has 9");
-    expect_error(path("string.h5"), "/train", MT_EFORMAT,
+    expect_error(mt_test_path("string.h5"), "/train", MT_EFORMAT,
                  ":/train/name: column type is string, not numeric");
-    expect_error(path("zero.h5"), "/train", MT_EFORMAT, ":/train: the dataset has zero rows");
-    expect_error(path("subgroup.h5"), "/train", MT_EFORMAT, ":/train/nested: is not a dataset");
-    expect_error(path("contiguous.h5"), "/train/id", MT_EFORMAT, "is not a group");
+    expect_error(mt_test_path("zero.h5"), "/train", MT_EFORMAT,
+                 ":/train: the dataset has zero rows");
+    expect_error(mt_test_path("subgroup.h5"), "/train", MT_EFORMAT,
+                 ":/train/nested: is not a dataset");
+    expect_error(mt_test_path("contiguous.h5"), "/train/id", MT_EFORMAT, "is not a group");
     if (mt_test_size() > 1)
-        expect_error(path("one-row.h5"), "/train", MT_EINVAL,
+        expect_error(mt_test_path("one-row.h5"), "/train", MT_EINVAL,
                      "1 rows cannot be split over");
     /* unknown dataset name */
-    ds sets[] = {{"train", path("contiguous.h5"), "/train"}};
+    mt_test_dataset sets[] = {{"train", mt_test_path("contiguous.h5"), "/train"}};
     char err[1024];
     MT_ASSERT_INT_EQ(fit_with(open_only, "validation", sets, 1, (mt_data_config){0}, err,
                               sizeof err), MT_ENOTFOUND);
@@ -503,12 +470,13 @@ static void test_bad_inputs(void)
 static void test_missing_on_one_rank(void)
 {
     int victim = mt_test_size() > 1 ? 1 : 0;
-    const char *file = mt_test_rank() == victim ? path("missing.h5") : path("contiguous.h5");
-    ds sets[] = {{"train", file, "/train"}};
+    const char *file = mt_test_path(mt_test_rank() == victim ? "missing.h5" : "contiguous.h5");
+    mt_test_dataset sets[] = {{"train", file, "/train"}};
     char err[1024], want[700];
     int rc = fit_with(open_only, NULL, sets, 1, (mt_data_config){0}, err, sizeof err);
     MT_ASSERT_INT_EQ(rc, MT_ENOTFOUND);
-    snprintf(want, sizeof want, "rank %d failed: %s: no such file", victim, path("missing.h5"));
+    snprintf(want, sizeof want, "rank %d failed: %s: no such file", victim,
+             mt_test_path("missing.h5"));
     MT_ASSERT_STR_CONTAINS(err, want);
 }
 
@@ -538,7 +506,7 @@ static int iterate_without_epoch(mt_context *c, void *arg)
 
 static void test_misuse(void)
 {
-    ds sets[] = {{"train", path("contiguous.h5"), "/train"}};
+    mt_test_dataset sets[] = {{"train", mt_test_path("contiguous.h5"), "/train"}};
     MT_ASSERT_INT_EQ(fit_with(iterate_without_epoch, NULL, sets, 1, (mt_data_config){0}, NULL, 0), MT_OK);
     mt_trainer *t = NULL;
     MT_ASSERT_INT_EQ(mt_trainer_create(&t, iterate_without_epoch, NULL, NULL), MT_OK);
@@ -566,7 +534,5 @@ static const mt_test tests[] = {
 
 int main(int argc, char **argv)
 {
-    mt_test_before = make_fixtures;
-    mt_test_after = remove_fixtures;
-    return mt_test_main(argc, argv, "mpi_data", tests, true);
+    return mt_test_main_with(argc, argv, "mpi_data", tests, true, make_fixtures, NULL);
 }

@@ -19,17 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char dir[256];
-
-static const char *path(const char *name)
-{
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
-
 /* A group /g with one uint8 column per name, of the given shape; chunked and never
  * written when the shape is larger than `write_max` elements (so a tiny file claims it). */
 static void write_columns(const char *file, const char *const *names, int n, int nd,
@@ -76,62 +65,40 @@ static void make_files(void)
     memset(long1000, 'c', 1000);
     memset(long3000, 'd', 3000);
     if (mt_test_rank() == 0) {
-        snprintf(dir, sizeof dir, "%s/mpitrain-input-test-%d",
-                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-        mkdir(dir, 0700);
         const char *one[] = {"x"};
         hsize_t rows[1] = {64};
-        write_columns(path("small.h5"), one, 1, 1, rows);
+        write_columns(mt_test_path("small.h5"), one, 1, 1, rows);
         hsize_t huge[2] = {(hsize_t)1 << 50, 1};
-        write_columns(path("huge.h5"), one, 1, 2, huge);
+        write_columns(mt_test_path("huge.h5"), one, 1, 2, huge);
         hsize_t deep[32];
         for (int d = 0; d < 32; d++)
             deep[d] = 1;
         deep[0] = 8;
-        write_columns(path("deep.h5"), one, 1, 32, deep);
+        write_columns(mt_test_path("deep.h5"), one, 1, 32, deep);
         hsize_t wide[3] = {4, (hsize_t)1 << 30, (hsize_t)1 << 20};
-        write_columns(path("wide.h5"), one, 1, 3, wide);
+        write_columns(mt_test_path("wide.h5"), one, 1, 3, wide);
         const char *longs[] = {long255, long256, long1000, long3000, "y"};
-        write_columns(path("long.h5"), longs, 5, 1, rows);
+        write_columns(mt_test_path("long.h5"), longs, 5, 1, rows);
     }
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-}
-
-static void remove_files(void)
-{
     MPI_Barrier(MPI_COMM_WORLD);
-    if (mt_test_rank() == 0) {
-        mt_test_rmtree(dir);
-    }
 }
 
+/* One fit of run `name` with dataset "d" from the fixture `file` (NULL: none). */
 static int fit_one(const char *name, mt_train_fn fn, void *arg, const char *file,
                    mt_data_config data, int max_failures, int verbose, char *err, size_t len)
 {
-    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .overwrite = true,
-                                     .name = name, .verbose = verbose,
-                                     .failure.max_failures = max_failures},
-                             .data = data};
-    mt_trainer *t = NULL;
-    mt_result *r = NULL;
-    CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, fn, arg, &cfg), MT_OK);
-    if (file)
-        CU_ASSERT_EQUAL(mt_trainer_add_dataset(t, "d", file, "/g"), MT_OK);
-    int rc = mt_trainer_fit(t, &r);
-    if (err)
-        snprintf(err, len, "%s", mt_result_error(r) ? mt_result_error(r) : "");
-    mt_result_free(&r);
-    mt_trainer_destroy(&t);
-    return rc;
+    mt_trainer_config cfg = mt_test_config(name);
+    cfg.run.overwrite = true;
+    cfg.run.verbose = verbose;
+    cfg.run.failure.max_failures = max_failures;
+    cfg.data = data;
+    mt_test_dataset d = {"d", file ? mt_test_path(file) : NULL, "/g"};
+    return mt_test_fit_datasets(cfg, fn, arg, &d, file ? 1 : 0, err, len);
 }
 
 /* ------------------------------------------------------------ batch sizes */
 
-typedef struct {
-    size_t bs;
-    bool drop_last;
-    int64_t batches, rows;
-} batch_arg;
+typedef struct { size_t bs; bool drop_last; int64_t batches, rows; } batch_arg;
 
 static int count_batches(mt_context *c, void *varg)
 {
@@ -163,13 +130,13 @@ static void test_huge_batch_sizes(void)
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
         batch_arg a = {.bs = sizes[i]};
         char err[1024];
-        MT_ASSERT_INT_EQ(fit_one("batch", count_batches, &a, path("small.h5"), (mt_data_config){0},
+        MT_ASSERT_INT_EQ(fit_one("batch", count_batches, &a, "small.h5", (mt_data_config){0},
                                  0, MT_VERBOSE_SILENT, err, sizeof err), MT_OK);
         MT_ASSERT_INT_EQ(a.batches, 1); MT_ASSERT_STR_EQ(err, "");
         MT_ASSERT_INT_EQ(a.rows, per_rank);
         a.drop_last = true; /* the one batch is incomplete: dropped */
         err[0] = 0;
-        MT_ASSERT_INT_EQ(fit_one("batch", count_batches, &a, path("small.h5"), (mt_data_config){0},
+        MT_ASSERT_INT_EQ(fit_one("batch", count_batches, &a, "small.h5", (mt_data_config){0},
                                  0, MT_VERBOSE_SILENT, err, sizeof err), MT_OK);
         MT_ASSERT_INT_EQ(a.batches, 0);
         MT_ASSERT_STR_EQ(err, "");
@@ -206,7 +173,7 @@ static void test_plan_memory_is_bounded(void)
 {
     huge_arg a = {0};
     char err[1024];
-    MT_ASSERT_INT_EQ(fit_one("huge", read_one_batch, &a, path("huge.h5"),
+    MT_ASSERT_INT_EQ(fit_one("huge", read_one_batch, &a, "huge.h5",
                              (mt_data_config){.memory_limit = 1 << 20}, 0, MT_VERBOSE_SILENT, err,
                              sizeof err), MT_OK);
     CU_ASSERT(a.rows == ((int64_t)1 << 50) / mt_test_size());
@@ -238,10 +205,10 @@ static int open_only(mt_context *c, void *varg)
 static void test_columns_beyond_limits(void)
 {
     char err[1024];
-    MT_ASSERT_INT_EQ(fit_one("deep", open_only, NULL, path("deep.h5"), (mt_data_config){0}, 0,
+    MT_ASSERT_INT_EQ(fit_one("deep", open_only, NULL, "deep.h5", (mt_data_config){0}, 0,
                              MT_VERBOSE_SILENT, err, sizeof err), MT_EFORMAT);
     MT_ASSERT_STR_CONTAINS(err, "deep.h5:/g/x: has 32 dimensions (need 1 to 8");
-    MT_ASSERT_INT_EQ(fit_one("wide", open_only, NULL, path("wide.h5"), (mt_data_config){0}, 0,
+    MT_ASSERT_INT_EQ(fit_one("wide", open_only, NULL, "wide.h5", (mt_data_config){0}, 0,
                              MT_VERBOSE_SILENT, err, sizeof err), MT_EFORMAT);
     MT_ASSERT_STR_CONTAINS(err, "wide.h5:/g/x: a row of shape");
 }
@@ -252,7 +219,7 @@ static void test_long_column_names(void)
 {
     const char *want[] = {long255, long256, long1000, long3000, "y", NULL};
     char err[1024], out[600];
-    snprintf(out, sizeof out, "%s/describe.txt", dir);
+    snprintf(out, sizeof out, "%s", mt_test_path("describe.txt"));
     int saved = -1;
     if (mt_test_rank() == 0) { /* rank 0's stdout into a file for the length of the fit */
         fflush(stdout);
@@ -261,7 +228,7 @@ static void test_long_column_names(void)
         dup2(fileno(f), 1);
         fclose(f);
     }
-    int rc = fit_one("long", open_only, want, path("long.h5"), (mt_data_config){0}, 0, 1, err,
+    int rc = fit_one("long", open_only, want, "long.h5", (mt_data_config){0}, 0, 1, err,
                      sizeof err);
     if (mt_test_rank() == 0) {
         fflush(stdout);
@@ -332,16 +299,12 @@ static void test_run_json_outside_names(void)
             fclose(f);
         }
         MPI_Barrier(MPI_COMM_WORLD);
-        mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .name = "hostile",
-                                         .verbose = MT_VERBOSE_SILENT,
-                                         .checkpoint.num_to_keep = 1}};
-        mt_trainer *t = NULL;
-        mt_result *r = NULL;
-        CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&t, report_once, NULL, &cfg), MT_OK);
-        MT_ASSERT_INT_EQ(mt_trainer_fit(t, &r), MT_EFORMAT);
-        MT_ASSERT_STR_CONTAINS(mt_result_error(r), "hostile/run.json: ");
-        mt_result_free(&r);
-        mt_trainer_destroy(&t);
+        mt_trainer_config cfg = mt_test_config("hostile");
+        cfg.run.checkpoint.num_to_keep = 1;
+        char err[1024];
+        MT_ASSERT_INT_EQ(mt_test_fit_datasets(cfg, report_once, NULL, NULL, 0, err, sizeof err),
+                         MT_EFORMAT);
+        MT_ASSERT_STR_CONTAINS(err, "hostile/run.json: ");
         MPI_Barrier(MPI_COMM_WORLD);
         if (mt_test_rank() == 0)
             CU_ASSERT(access(keep, R_OK) == 0);
@@ -353,10 +316,7 @@ static void test_run_json_outside_names(void)
 /* Resume from a checkpoint.h5 whose array has 32 dimensions (it overflowed dims[8] on
  * rank 0): the checkpoint is skipped with a warning naming the file and array, and the
  * run starts from the beginning on every rank. */
-typedef struct {
-    int attempt_seen;
-    bool restored;
-} resume_arg;
+typedef struct { int attempt_seen; bool restored; } resume_arg;
 
 static int fail_after_checkpoint(mt_context *c, void *varg)
 {
@@ -508,7 +468,7 @@ static void test_misuse_after_and_inside_fit(void)
                                      .name = "misuse", .verbose = MT_VERBOSE_SILENT,
                                      .failure.max_failures = 1}};
     CU_ASSERT_EQUAL_FATAL(mt_trainer_create(&a.self, keeps_things, &a, &cfg), MT_OK);
-    CU_ASSERT_EQUAL(mt_trainer_add_dataset(a.self, "d", path("small.h5"), "/g"), MT_OK);
+    CU_ASSERT_EQUAL(mt_trainer_add_dataset(a.self, "d", mt_test_path("small.h5"), "/g"), MT_OK);
     mt_result *r = NULL;
     MT_ASSERT_INT_EQ(mt_trainer_fit(a.self, &r), MT_OK);
     mt_result_free(&r);
@@ -571,7 +531,5 @@ static const mt_test tests[] = {
 
 int main(int argc, char **argv)
 {
-    mt_test_before = make_files;
-    mt_test_after = remove_files;
-    return mt_test_main(argc, argv, "mpi_input", tests, true);
+    return mt_test_main_with(argc, argv, "mpi_input", tests, true, make_files, NULL);
 }

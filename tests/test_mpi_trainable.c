@@ -27,13 +27,6 @@ static int P(void) { return mt_test_size(); }
 /* the rank that fails in "only one rank fails" cases: not rank 0 when there are others */
 static int victim(void) { return P() > 1 ? P() - 1 : 0; }
 
-static mt_trainer_config config(const char *name)
-{
-    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .name = name,
-                                     .verbose = MT_VERBOSE_SILENT}};
-    return cfg;
-}
-
 /* result.json's training_iteration column and the model's own "state" column, rank 0;
  * returns the number of rows that break "row i has iteration i + 1 and state i + 1". */
 static int bad_rows(const char *name, int *nrows)
@@ -153,21 +146,33 @@ static int fit_tt(mt_trainer_config cfg, int64_t max, tt *t, mt_result **out)
     t->loaded = -1;
     mt_trainer *trainer = NULL;
     CU_ASSERT_EQUAL_FATAL(mt_trainer_create_trainable(&trainer, &tr, t, &cfg), MT_OK);
-    mt_result *r = NULL;
-    int rc = mt_trainer_fit(trainer, &r);
-    if (out)
-        *out = r;
-    else
-        mt_result_free(&r);
-    mt_trainer_destroy(&trainer);
-    return rc;
+    return mt_test_fit_trainer(&trainer, out);
+}
+
+/* What a fit did: loaded the checkpoint of iteration `loaded` last, stepped `steps` times in
+ * all, cleaned up `cleanups` times (once an attempt), and every step came in order. */
+static void expect_fit(const tt *t, int loaded, int steps, int cleanups)
+{
+    MT_ASSERT_INT_EQ(t->loaded, loaded);
+    MT_ASSERT_INT_EQ(t->steps, steps);
+    MT_ASSERT_INT_EQ(t->cleanups, cleanups);
+    MT_ASSERT_INT_EQ(t->out_of_order, 0);
+}
+
+/* A rerun of cfg's stopped run: it completes in one attempt, resuming at iteration `loaded`
+ * and stepping `steps` more times. */
+static void expect_resumed(mt_trainer_config cfg, int64_t max, int loaded, int steps)
+{
+    tt t = {0};
+    MT_ASSERT_INT_EQ(fit_tt(cfg, max, &t, NULL), MT_OK);
+    expect_fit(&t, loaded, steps, 1);
 }
 
 /* ------------------------------------------------------------ the loop */
 
 static void test_loop_and_checkpoints(void)
 {
-    mt_trainer_config cfg = config("loop");
+    mt_trainer_config cfg = mt_test_config("loop");
     cfg.run.checkpoint.frequency = 2;
     cfg.run.checkpoint.at_end = true;
     tt t = {0};
@@ -195,7 +200,7 @@ static void test_loop_and_checkpoints(void)
     mt_trainable bare = {.step = tt_step, .save = tt_save, .load = tt_load, .max_iterations = 2};
     tt u = {0};
     mt_trainer *trainer = NULL;
-    cfg = config("bare");
+    cfg = mt_test_config("bare");
     MT_ASSERT_INT_EQ(mt_trainer_create_trainable(&trainer, &bare, &u, &cfg), MT_OK);
     MT_ASSERT_INT_EQ(mt_trainer_fit(trainer, NULL), MT_OK);
     mt_trainer_destroy(&trainer);
@@ -207,7 +212,7 @@ static void test_loop_and_checkpoints(void)
 
 static void test_step_error_retries_with_load(void)
 {
-    mt_trainer_config cfg = config("retry");
+    mt_trainer_config cfg = mt_test_config("retry");
     cfg.run.checkpoint.frequency = 1;
     cfg.run.failure.max_failures = 1;
     tt t = {.fail_at = 4, .fail_code = MT_EIO};
@@ -217,15 +222,12 @@ static void test_step_error_retries_with_load(void)
     MT_ASSERT_INT_EQ(mt_result_attempts(res), 2);
     mt_result_free(&res);
     MT_ASSERT_INT_EQ(t.setups, 2);
-    MT_ASSERT_INT_EQ(t.cleanups, 2);
     MT_ASSERT_INT_EQ(t.loads, 1);
-    MT_ASSERT_INT_EQ(t.loaded, 3); /* the checkpoint of iteration 3 */
-    MT_ASSERT_INT_EQ(t.steps, 4 + 3);
+    expect_fit(&t, 3, 4 + 3, 2); /* retried from the checkpoint of iteration 3 */
     MT_ASSERT_INT_EQ(t.state, 6);
-    MT_ASSERT_INT_EQ(t.out_of_order, 0);
     expect_rows("retry", 6);
     /* no retries left: the step's error, naming the callback and iteration, on every rank */
-    cfg = config("no-retry");
+    cfg = mt_test_config("no-retry");
     cfg.run.checkpoint.frequency = 1;
     tt u = {.fail_at = 2, .fail_code = MT_EIO};
     MT_ASSERT_INT_EQ(fit_tt(cfg, 6, &u, &res), MT_EIO);
@@ -239,7 +241,7 @@ static void test_step_error_retries_with_load(void)
 
 static void test_save_error_on_one_rank(void)
 {
-    mt_trainer_config cfg = config("badsave");
+    mt_trainer_config cfg = mt_test_config("badsave");
     cfg.run.checkpoint.frequency = 2;
     cfg.run.failure.max_failures = 1;
     tt t = {.save_fails_at = 4};
@@ -247,13 +249,10 @@ static void test_save_error_on_one_rank(void)
     MT_ASSERT_INT_EQ(fit_tt(cfg, 6, &t, &res), MT_OK); /* retried from iteration 2 */
     MT_ASSERT_INT_EQ(mt_result_attempts(res), 2);
     mt_result_free(&res);
-    MT_ASSERT_INT_EQ(t.loaded, 2);
-    MT_ASSERT_INT_EQ(t.steps, 4 + 4);
-    MT_ASSERT_INT_EQ(t.cleanups, 2);
-    MT_ASSERT_INT_EQ(t.out_of_order, 0);
+    expect_fit(&t, 2, 4 + 4, 2);
     expect_rows("badsave", 6);
     /* without a retry: the error names the callback, the iteration and the rank */
-    cfg = config("badsave-once");
+    cfg = mt_test_config("badsave-once");
     cfg.run.checkpoint.frequency = 2;
     tt u = {.save_fails_at = 2};
     MT_ASSERT_INT_EQ(fit_tt(cfg, 6, &u, &res), MT_EIO);
@@ -266,7 +265,7 @@ static void test_save_error_on_one_rank(void)
 
 static void test_done_early_on_one_rank(void)
 {
-    mt_trainer_config cfg = config("done");
+    mt_trainer_config cfg = mt_test_config("done");
     cfg.run.checkpoint.at_end = true;
     tt t = {.done_at = 3};
     MT_ASSERT_INT_EQ(fit_tt(cfg, 0, &t, NULL), MT_OK); /* no iteration limit */
@@ -278,7 +277,7 @@ static void test_done_early_on_one_rank(void)
 
 static void test_load_failure_is_agreed(void)
 {
-    mt_trainer_config cfg = config("badload");
+    mt_trainer_config cfg = mt_test_config("badload");
     cfg.run.checkpoint.frequency = 1;
     tt t = {.fail_at = 3, .fail_code = MT_EIO};
     MT_ASSERT_INT_EQ(fit_tt(cfg, 5, &t, NULL), MT_EIO); /* leaves checkpoints 1 and 2 */
@@ -297,46 +296,32 @@ static void test_load_failure_is_agreed(void)
     MT_ASSERT_INT_EQ(u.loads, 2);
     MT_ASSERT_INT_EQ(u.cleanups, 2);
     /* and once load works, the run goes on from iteration 2 */
-    tt v = {0};
-    MT_ASSERT_INT_EQ(fit_tt(cfg, 5, &v, NULL), MT_OK);
-    MT_ASSERT_INT_EQ(v.loaded, 2);
-    MT_ASSERT_INT_EQ(v.steps, 3);
-    MT_ASSERT_INT_EQ(v.out_of_order, 0);
+    expect_resumed(cfg, 5, 2, 3);
     expect_rows("badload", 5);
 }
 
 static void test_preemption_loses_no_iteration(void)
 {
-    mt_trainer_config cfg = config("preempt");
+    mt_trainer_config cfg = mt_test_config("preempt");
     tt t = {.raise_at = 3};
     /* frequency 0: the only checkpoint is the one the stop request asks for */
     MT_ASSERT_INT_EQ(fit_tt(cfg, 8, &t, NULL), MT_ESTOP);
     MT_ASSERT_INT_EQ(t.steps, 4); /* seen at report 3, checkpointed at report 4 */
     MT_ASSERT_INT_EQ(t.saves, 1);
     MT_ASSERT_INT_EQ(t.cleanups, 1);
-    tt u = {0};
-    MT_ASSERT_INT_EQ(fit_tt(cfg, 8, &u, NULL), MT_OK);
-    MT_ASSERT_INT_EQ(u.loaded, 4);
-    MT_ASSERT_INT_EQ(u.steps, 4);
-    MT_ASSERT_INT_EQ(u.out_of_order, 0);
+    expect_resumed(cfg, 8, 4, 4);
     expect_rows("preempt", 8);
     /* preempted in its last iteration: the rerun finds nothing left and finishes */
-    cfg = config("preempt-last");
+    cfg = mt_test_config("preempt-last");
     tt v = {.raise_at = 3};
     MT_ASSERT_INT_EQ(fit_tt(cfg, 4, &v, NULL), MT_ESTOP);
-    tt w = {0};
-    MT_ASSERT_INT_EQ(fit_tt(cfg, 4, &w, NULL), MT_OK);
-    MT_ASSERT_INT_EQ(w.loaded, 4);
-    MT_ASSERT_INT_EQ(w.steps, 0);
+    expect_resumed(cfg, 4, 4, 0);
     /* ... and so does one that stopped early with MT_STEP_DONE (the checkpoint says so) */
-    cfg = config("preempt-done");
+    cfg = mt_test_config("preempt-done");
     tt x = {.raise_at = 2, .done_at = 3};
     MT_ASSERT_INT_EQ(fit_tt(cfg, 0, &x, NULL), MT_ESTOP);
     MT_ASSERT_INT_EQ(x.steps, 3);
-    tt y = {0};
-    MT_ASSERT_INT_EQ(fit_tt(cfg, 0, &y, NULL), MT_OK);
-    MT_ASSERT_INT_EQ(y.loaded, 3);
-    MT_ASSERT_INT_EQ(y.steps, 0);
+    expect_resumed(cfg, 0, 3, 0);
     expect_rows("preempt-done", 3);
 }
 
@@ -371,21 +356,21 @@ static void test_bad_callbacks(void)
     /* a setup returning a positive value: a usage error, cleanup still runs */
     tt u = {.setup_returns = 3};
     mt_result *res = NULL;
-    MT_ASSERT_INT_EQ(fit_tt(config("positive"), 2, &u, &res), MT_EINVAL);
+    MT_ASSERT_INT_EQ(fit_tt(mt_test_config("positive"), 2, &u, &res), MT_EINVAL);
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), "trainable: setup returned 3 at iteration 0");
     MT_ASSERT_INT_EQ(u.steps, 0);
     MT_ASSERT_INT_EQ(u.cleanups, 1);
     mt_result_free(&res);
     /* a setup failing on one rank only: agreed before anyone steps */
     tt v = {.setup_returns = R() == victim() ? MT_ENOMEM : 0};
-    MT_ASSERT_INT_EQ(fit_tt(config("setup-fails"), 2, &v, &res), MT_ENOMEM);
+    MT_ASSERT_INT_EQ(fit_tt(mt_test_config("setup-fails"), 2, &v, &res), MT_ENOMEM);
     MT_ASSERT_INT_EQ(v.steps, 0);
     MT_ASSERT_INT_EQ(v.cleanups, 1);
     mt_result_free(&res);
     /* a step that reports by itself would count iterations twice */
     mt_trainable twice = {.step = report_inside_step, .save = tt_save, .load = tt_load,
                           .max_iterations = 3};
-    mt_trainer_config cfg = config("twice");
+    mt_trainer_config cfg = mt_test_config("twice");
     MT_ASSERT_INT_EQ(mt_trainer_create_trainable(&t, &twice, &u, &cfg), MT_OK);
     MT_ASSERT_INT_EQ(mt_trainer_fit(t, &res), MT_EINVAL);
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), "trainable: step called mt_report at iteration 1");
@@ -443,7 +428,7 @@ static void test_environment(void)
 {
     int v[6] = {0};
     mt_trainer *t = NULL;
-    mt_trainer_config cfg = config("env");
+    mt_trainer_config cfg = mt_test_config("env");
     cfg.run.overwrite = true;
     MT_ASSERT_INT_EQ(mt_trainer_create(&t, context_numbers, v, &cfg), MT_OK);
     MT_ASSERT_INT_EQ(mt_trainer_fit(t, NULL), MT_OK);
@@ -496,7 +481,7 @@ static void test_environment(void)
     /* set before a trainable's setup runs too */
     setenv("RANK", "99", 1);
     tt u = {0};
-    MT_ASSERT_INT_EQ(fit_tt(config("env-trainable"), 1, &u, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(fit_tt(mt_test_config("env-trainable"), 1, &u, NULL), MT_OK);
     expect_num(u.env_rank, R());
 }
 

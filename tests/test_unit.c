@@ -183,6 +183,7 @@ static void test_config_from_args_errors(void)
         {{"--num-to-keep", "99999999999"}, "option --num-to-keep: '99999999999' is not an integer"},
         {{"--checkpoint-at-end=yes"}, "option --checkpoint-at-end takes no value"},
         {{"--name"}, "option --name needs a value"},
+        {{"--name", "--"}, "option --name needs a value"}, /* "--" is the program's */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *args[5] = {"prog", cases[i].opt[0], cases[i].opt[1], NULL, NULL};

@@ -8,8 +8,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-b="${top_builddir:-.}"
-run="${top_srcdir:-.}/tests/mpirun.sh"
 scratch timeline
 fmnist_h5
 common="--data $data --storage-path $store/runs --steps-per-epoch 3 --epochs 2 --checkpoint-frequency 1"

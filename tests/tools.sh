@@ -15,8 +15,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-b="${top_builddir:-.}"
-run="${top_srcdir:-.}/tests/mpirun.sh"
 scratch tools
 fmnist_h5
 unset MT_STORAGE_PATH MT_NAME
@@ -85,12 +83,16 @@ if [ $rc -eq 0 ] && [ -z "$diff" ] && [ "$(help_default name)" = linear-regressi
     ok "trainable-example --help: its defaults are what a run without options used ($its iterations)"
 else bad "trainable-example --help against its run (exit $rc, iterations '$its')"; echo "$diff"; fi
 
+# lists_only PROGRAM OPTIONS: PROGRAM --help lists the options OPTIONS (sorted) and no other
+lists_only() {
+    "$b/$1" --help >"$help" 2>"$err"
+    opts=$(sed -n 's/^  \(--[a-z-]*\).*/\1/p' "$help" | sort | tr '\n' ' ')
+    if [ "$opts" = "$2 " ]; then ok "${1##*/} --help lists only its options"
+    else bad "${1##*/} --help lists: $opts"; fi
+}
+
 # mpitrain-info: only its options; nothing written unless asked
-"$b/tools/mpitrain-info" --help >"$help" 2>"$err"
-opts=$(sed -n 's/^  \(--[a-z-]*\).*/\1/p' "$help" | sort | tr '\n' ' ')
-if [ "$opts" = "--cpus-per-worker --help --name --num-workers --storage-path " ]; then
-    ok "mpitrain-info --help lists only its options"
-else bad "mpitrain-info --help lists: $opts"; fi
+lists_only tools/mpitrain-info "--cpus-per-worker --help --name --num-workers --storage-path"
 rm -rf "$HOME/mpitrain_results"
 "$run" 2 "$b/tools/mpitrain-info" >"$out" 2>"$err"
 rc=$?
@@ -111,11 +113,8 @@ if [ $rc -eq 2 ] && grep -q "mpitrain-info: unknown option '--num-to-keep' (see 
 else bad "mpitrain-info --num-to-keep (exit $rc)"; fi
 
 # mpitrain-bench: only its options; JSON fields; nothing left behind; --fail-on-miss
-"$b/benchmarks/mpitrain-bench" --help >"$help" 2>"$err"
-opts=$(sed -n 's/^  \(--[a-z-]*\).*/\1/p' "$help" | sort | tr '\n' ' ')
-if [ "$opts" = "--budget-report-us --fail-on-miss --help --json --name --quick --sizes --storage-path --tmpdir --trace " ]; then
-    ok "mpitrain-bench --help lists only its options"
-else bad "mpitrain-bench --help lists: $opts"; fi
+lists_only benchmarks/mpitrain-bench \
+    "--budget-report-us --fail-on-miss --help --json --name --quick --sizes --storage-path --tmpdir --trace"
 rm -rf "$HOME/mpitrain_results"
 "$run" 2 "$b/benchmarks/mpitrain-bench" --quick --suite shard,report,checkpoint --json "$store/b.jsonl" \
     >"$out" 2>"$err"

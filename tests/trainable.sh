@@ -14,8 +14,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 skip_in_quick_check
-b="${top_builddir:-.}"
-run="${top_srcdir:-.}/tests/mpirun.sh"
 ex="$b/tools/trainable-example"
 scratch trainable
 limit=$((240 * ${MT_TEST_TIMEOUT_SCALE:-1}))
