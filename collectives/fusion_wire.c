@@ -1,0 +1,176 @@
+/*
+ * fusion_wire.c -- gradients on the wire as 16-bit floats (fp16 or bf16), averaged in
+ * fp32, as Horovod's Compression.fp16 halves the bytes on the link; used by the network
+ * step of the flat backend (fusion_mpi.c) and of the hierarchical one (the leaders'
+ * allreduce, fusion_hier.c). Within a node nothing is compressed.
+ *
+ * The allreduce is a reduce-scatter and an allgather of 16-bit segments: every rank
+ * rounds its values to 16 bits, MPI_Alltoall gives rank r segment r from every rank, rank
+ * r sums them in fp32 in rank order, multiplies by the average's factor and rounds once
+ * to 16 bits, and MPI_Allgather gives every rank every rounded segment. Each rank sends
+ * 2 (P - 1) / P of the data's 16-bit size, half of what a ring allreduce of fp32 sends,
+ * and every rank decodes the same bits (MPI_Allreduce cannot sum 16-bit floats in fp32).
+ *
+ * Rounding is to nearest even. fp16 (1 sign, 5 exponent, 10 mantissa bits): finite values
+ * beyond +-65504 are clamped to +-65504 (not inf: one large gradient would otherwise make
+ * the whole average inf on every rank), inf and NaN stay; fp16's subnormals reach down to
+ * 2^-24 and smaller magnitudes round to zero. bf16 (fp32's 8 exponent bits, 7 mantissa
+ * bits) keeps fp32's range; only finite values that would round past its largest finite
+ * value (about 3.39e38) are clamped to it.
+ */
+#include "fusion_backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static inline uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float float_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t to_f16(float f)
+{
+    uint32_t x = bits_of(f), a = x & 0x7fffffffu;
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u), h;
+    if (a >= 0x477ff000u) /* 65520 and up round past 65504; inf; NaN */
+        h = a > 0x7f800000u ? 0x7e00 : a == 0x7f800000u ? 0x7c00 : 0x7bff;
+    else if (a < 0x38800000u) /* below 2^-14: a subnormal, rounded by the FPU at 2^-24 */
+        h = (uint16_t)(bits_of(float_of(a) + 0.5f) - 0x3f000000u);
+    else /* rebias the exponent (127 -> 15), round the 13 dropped bits to nearest even */
+        h = (uint16_t)((a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13);
+    return sign | h;
+}
+
+static inline float from_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) { /* zero or subnormal: m * 2^-24 */
+        float v = (float)m * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (e == 31)
+        return float_of(sign | 0x7f800000u | (m << 13));
+    return float_of(sign | ((e + 112) << 23) | (m << 13));
+}
+
+static inline uint16_t to_bf16(float f)
+{
+    uint32_t x = bits_of(f), a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
+        return (uint16_t)((x >> 16) | 0x40u);
+    if (a >= 0x7f7f8000u && a < 0x7f800000u) /* would round to inf */
+        return (uint16_t)(((x >> 16) & 0x8000u) | 0x7f7fu);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static inline float from_bf16(uint16_t h)
+{
+    return float_of((uint32_t)h << 16);
+}
+
+uint16_t mt__wire_from_f32(mt_compression k, float f)
+{
+    return k == MT_COMPRESS_BF16 ? to_bf16(f) : to_f16(f);
+}
+
+float mt__wire_to_f32(mt_compression k, uint16_t h)
+{
+    return k == MT_COMPRESS_BF16 ? from_bf16(h) : from_f16(h);
+}
+
+static void encode(mt_compression k, const float *src, uint16_t *dst, size_t n)
+{
+    if (k == MT_COMPRESS_BF16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = to_bf16(src[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = to_f16(src[i]);
+}
+
+static void decode(mt_compression k, const uint16_t *src, float *dst, size_t n)
+{
+    if (k == MT_COMPRESS_BF16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = from_bf16(src[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = from_f16(src[i]);
+}
+
+int mt__wire_reserve(mt__wire *w, int size, int rank, size_t cap)
+{
+    w->size = size;
+    w->rank = rank;
+    if (cap <= w->cap)
+        return MT_OK;
+    size_t seg = (cap + (size_t)size - 1) / (size_t)size, n = seg * (size_t)size;
+    uint16_t *s = realloc(w->send, n * sizeof *s);
+    if (s)
+        w->send = s;
+    uint16_t *r = s ? realloc(w->recv, n * sizeof *r) : NULL;
+    if (r)
+        w->recv = r;
+    if (!s || !r || mt__test_fail("fusion-wire", rank))
+        return mt__error(MT_ENOMEM, "rank %d: out of memory for the fusion's 16-bit buffers "
+                                    "(%zu floats)", rank, cap);
+    w->cap = cap;
+    return MT_OK;
+}
+
+void mt__wire_free(mt__wire *w)
+{
+    free(w->send);
+    free(w->recv);
+    *w = (mt__wire){0};
+}
+
+/* This rank's segment: seg values from each of p ranks (recv, rank after rank) summed in
+ * rank order, times scale, rounded into out. */
+static void sum_segment(mt_compression k, const uint16_t *recv, size_t seg, int p,
+                        float scale, uint16_t *out)
+{
+    enum { BLOCK = 512 };
+    float acc[BLOCK], x[BLOCK];
+    for (size_t at = 0; at < seg; at += BLOCK) {
+        size_t m = seg - at < BLOCK ? seg - at : BLOCK;
+        decode(k, recv + at, acc, m);
+        for (int q = 1; q < p; q++) {
+            decode(k, recv + (size_t)q * seg + at, x, m);
+            for (size_t i = 0; i < m; i++)
+                acc[i] += x[i];
+        }
+        for (size_t i = 0; i < m; i++)
+            acc[i] *= scale;
+        encode(k, acc, out + at, m);
+    }
+}
+
+int mt__wire_allreduce(mt__wire *w, MPI_Comm comm, mt_compression k, float *data, size_t n,
+                       float scale)
+{
+    int rc = MT_OK;
+    size_t P = (size_t)w->size;
+    for (size_t off = 0; off < n; off += w->cap) {
+        size_t m = n - off < w->cap ? n - off : w->cap, seg = (m + P - 1) / P;
+        encode(k, data + off, w->send, m);
+        memset(w->send + m, 0, (seg * P - m) * sizeof *w->send);
+        MT__MPI(MPI_Alltoall(w->send, (int)seg, MPI_UINT16_T, w->recv, (int)seg,
+                             MPI_UINT16_T, comm), out);
+        sum_segment(k, w->recv, seg, w->size, scale, w->send);
+        MT__MPI(MPI_Allgather(w->send, (int)seg, MPI_UINT16_T, w->recv, (int)seg,
+                              MPI_UINT16_T, comm), out);
+        decode(k, w->recv, data + off, m);
+    }
+out:
+    return rc;
+}
