@@ -10,6 +10,7 @@
 
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void fill(model *m, uint8_t *labels, int n, unsigned seed)
 {
@@ -39,8 +40,16 @@ int bench_train(bench *b)
     openblas_set_num_threads(1);
     int count = b->quick ? 100 : 400, rc = MT_OK, n = 128 / b->size > 0 ? 128 / b->size : 1;
     model m;
+    memset(&m, 0, sizeof m);
     uint8_t labels[128];
-    rc = mlp_init(&m, 1);
+    /* the gradients in the fusion's memory, as the trainer has them */
+    mt_fusion *f = NULL;
+    float *grad = NULL;
+    rc = mt_fusion_create(b->ctx, 0, &f);
+    if (!rc)
+        rc = mt_fusion_alloc(f, mlp_grad_count(), &grad);
+    if (!rc)
+        rc = mlp_init(&m, 1, grad);
     if (!rc)
         rc = mlp_reserve(&m, 128);
     double alone = 0;
@@ -49,10 +58,7 @@ int bench_train(bench *b)
         alone = 128.0 * count / steps(&m, labels, 128, count, NULL, NULL, &rc);
     }
     MPI_Barrier(b->raw);
-    mt_fusion *f = NULL;
     int idx[2 * NL];
-    if (!rc)
-        rc = mt_fusion_create(b->ctx, 0, &f);
     for (int l = NL - 1; l >= 0 && !rc; l--) {
         idx[2 * l] = mt_fusion_add(f, m.gw[l], mlp_wsize(l));
         idx[2 * l + 1] = mt_fusion_add(f, m.gb[l], (size_t)mlp_sizes[l + 1]);
@@ -85,7 +91,7 @@ int bench_train(bench *b)
                    n, alone, avg, mn, avg / alone, busy, busy / alone, avg / busy,
                    bench_budget(b, b->size == 2, avg / busy >= 0.95, "vs_ceiling >= 0.95 at 2 ranks"));
     }
-    mt_fusion_destroy(&f);
     mlp_free(&m);
+    mt_fusion_destroy(&f); /* after the model: it frees the gradients' block */
     return rc;
 }

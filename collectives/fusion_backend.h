@@ -114,6 +114,7 @@ extern const mt__fusion_backend mt__fusion_shm, mt__fusion_mpi, mt__fusion_hier;
 typedef struct mt__node_seg {
     MPI_Comm comm;        /* borrowed: the node's ranks, for blocks mapped later */
     int size, rank;
+    int who;              /* this rank in the fusion's communicator (messages, fault sites) */
     void *seg;
     size_t seg_bytes;
     void *sync;           /* the barrier at its head */
@@ -124,11 +125,13 @@ typedef struct mt__node_seg {
     int set;              /* the set the next chunk uses */
 } mt__node_seg;
 
-/* Collective over comm (size ranks, this one is rank): map a segment on every rank. *out
- * is NULL when the system refused the mapping on some rank (no error: the caller decides
- * what that means); an allocation failure here is this rank's error, after the
- * collectives (and every rank gives the segment up with it). */
-int mt__node_seg_open(MPI_Comm comm, int size, int rank, bool results, mt__node_seg **out);
+/* Collective over comm (size ranks, this one is rank; who: its rank in the fusion): map a
+ * segment on every rank. *out
+ * is NULL, with *refused, when the system refused the mapping on some rank (no error: the
+ * caller decides what that means); an allocation failure here is this rank's error,
+ * after the collectives (and every rank gives the segment up with it, not refused). */
+int mt__node_seg_open(MPI_Comm comm, int size, int rank, int who, bool results,
+                      mt__node_seg **out, bool *refused);
 void mt__node_seg_close(mt__node_seg *s);   /* local */
 /* Every rank of the segment waits until all have arrived (spin, yield, then futex). */
 void mt__node_barrier(mt__node_seg *s);
@@ -144,9 +147,8 @@ void mt__node_sum_blocks(mt__node_seg *s, const mt__fbucket *b, const mt__ftenso
  * written last) into elements [from, from + n) of every node rank's block. */
 void mt__node_put_blocks(const mt__fbucket *b, const mt__ftensor *t, size_t from, size_t n,
                          const float *src, float scale);
-/* alloc of the shared-memory backends: blocks over comm (size ranks, this one rank). */
-int mt__node_block(MPI_Comm comm, int size, int rank, size_t count, bool fail,
-                   mt__fblock *blk);
+/* alloc of the shared-memory backends: blocks of s's ranks (collective over s->comm). */
+int mt__node_block(mt__node_seg *s, size_t count, bool fail, mt__fblock *blk);
 
 /* ------------------------------------------------ fusion_wire.c: 16-bit on the wire */
 

@@ -62,14 +62,18 @@ static int hier_open(const mt__fusion_where *w, void **state)
     MT__MPI(MPI_Comm_size(w->node, &lsize), out);
     MT__MPI(MPI_Comm_rank(w->node, &lrank), out);
     MT__MPI(MPI_Comm_split(w->data, lrank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders), out);
-    int e = mt__node_seg_open(w->node, lsize, lrank, true, &seg);
-    int mapped = seg != NULL; /* every node's segment, or none is used */
-    MT__MPI(MPI_Allreduce(&mapped, &all, 1, MPI_INT, MPI_MIN, w->data), out);
+    bool refused = false;
+    int e = mt__node_seg_open(w->node, lsize, lrank, rank, true, &seg, &refused);
+    /* every node's segment or none: 2 mapped, 1 refused, 0 failed on some rank (its
+     * own error, which the agreement reports) */
+    int mine = seg ? 2 : refused ? 1 : 0;
+    MT__MPI(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, w->data), out);
     rc = rc ? rc : e;
-    if (!rc && !all && w->forced)
-        rc = mt__error(MT_EIO, "rank %d: MT_FUSION_ALGO=hier, but the system refused a "
-                               "node's shared-memory segment (/dev/shm full?)", rank);
-    if (!rc && all && leaders != MPI_COMM_NULL) {
+    if (!rc && all == 1 && w->forced)
+        rc = mt__error(MT_EIO, "rank %d: fusion algorithm hier asked for, but the system "
+                               "refused a node's shared-memory segment (/dev/shm full?)",
+                       rank);
+    if (!rc && all == 2 && leaders != MPI_COMM_NULL) {
         MT__MPI(MPI_Comm_size(leaders, &nleaders), out);
         if (w->compression)
             rc = mt__wire_reserve(&s->wire, nleaders, rank, seg->slot_elems);
@@ -82,7 +86,7 @@ out:
         s->compression = w->compression;
     } else if (leaders != MPI_COMM_NULL)
         MPI_Comm_free(&leaders);
-    if (rc || !all) {
+    if (rc || all != 2) {
         if (!s)
             mt__node_seg_close(seg);
         hier_close(s);
@@ -147,7 +151,7 @@ static int hier_reduce(void *state, const mt__fbucket *b, const mt__ftensor *t)
 static int hier_alloc(void *state, size_t count, bool fail, mt__fblock *blk)
 {
     hier_state *s = state;
-    return mt__node_block(s->seg->comm, s->seg->size, s->seg->rank, count, fail, blk);
+    return mt__node_block(s->seg, count, fail, blk);
 }
 
 const mt__fusion_backend mt__fusion_hier = {

@@ -101,18 +101,24 @@ __attribute__((optimize("tree-vectorize"))) void mt__node_sum(float *sum,
 
 /* ------------------------------------------------------------ mappings */
 
+/* What a rank brings to a mapping: MIN over the ranks decides. */
+enum { FAILED = 0, REFUSED = 1, MAPPED = 2 };
+
 /* Collective over comm: one shared mapping of `bytes` on every rank (rank 0 creates it,
  * reserves its pages and removes its name once every rank has it open or has given up).
- * *out is the mapping when every rank mapped it and was `ok`, else NULL on every rank
- * (a refused mapping is not an error: on a full tmpfs, a container's small /dev/shm, a
- * later write would be SIGBUS where this lets the caller do without). */
-static int map_shared(MPI_Comm comm, int rank, size_t bytes, bool ok, void **out)
+ * *out is the mapping when every rank mapped it, else NULL on every rank: *refused when
+ * the system refused it somewhere (not an error: on a full tmpfs, a container's small
+ * /dev/shm, a later write would be SIGBUS where this lets the caller do without; `refuse`
+ * plays that), not when a rank `failed` (that rank's error, which its caller reports). */
+static int map_shared(MPI_Comm comm, int rank, size_t bytes, bool failed, bool refuse,
+                      void **out, bool *refused)
 {
     static atomic_int counter;
     int rc = MT_OK;
     char name[64] = "";
     int fd = -1;
     *out = NULL;
+    *refused = false;
     if (rank == 0) {
         snprintf(name, sizeof name, "/mpitrain-fusion-%d-%d", (int)getpid(),
                  atomic_fetch_add(&counter, 1));
@@ -137,15 +143,17 @@ static int map_shared(MPI_Comm comm, int rank, size_t bytes, bool ok, void **out
                       : MAP_FAILED;
     if (fd >= 0)
         close(fd);
-    int mapped = p != MAP_FAILED && ok && !rc, all = 0;
-    if (!rc && (e = MPI_Allreduce(&mapped, &all, 1, MPI_INT, MPI_MIN, comm)) != MPI_SUCCESS)
+    int mine = failed || rc ? FAILED : p == MAP_FAILED || refuse ? REFUSED : MAPPED;
+    int all = FAILED;
+    if (!rc && (e = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm)) != MPI_SUCCESS)
         rc = mt__mpi_error(e, "MPI_Allreduce (fusion segment)");
     if (rank == 0 && name[0])
         shm_unlink(name);
-    if (all && !rc)
+    if (all == MAPPED && !rc)
         *out = p;
     else if (p != MAP_FAILED)
         munmap(p, bytes);
+    *refused = all == REFUSED;
     return rc;
 }
 
@@ -160,7 +168,8 @@ void mt__node_seg_close(mt__node_seg *s)
     free(s);
 }
 
-int mt__node_seg_open(MPI_Comm comm, int size, int rank, bool results, mt__node_seg **out)
+int mt__node_seg_open(MPI_Comm comm, int size, int rank, int who, bool results,
+                      mt__node_seg **out, bool *refused)
 {
     int rc = MT_OK;
     size_t slot_elems = (size_t)1 << 18; /* 1 MiB a slot, two sets */
@@ -174,12 +183,13 @@ int mt__node_seg_open(MPI_Comm comm, int size, int rank, bool results, mt__node_
         s->slot = calloc((size_t)2 * (size_t)size, sizeof *s->slot);
         s->part = calloc((size_t)size, sizeof *s->part);
     }
-    bool fail = !s || !s->slot || !s->part || mt__test_fail("fusion-shm-alloc", rank);
+    bool fail = !s || !s->slot || !s->part || mt__test_fail("fusion-shm-alloc", who);
     if (fail)
         rc = mt__error(MT_ENOMEM, "rank %d: out of memory setting up the fusion's shared "
-                                  "segment", rank);
+                                  "segment", who);
     void *p = NULL;
-    int e = map_shared(comm, rank, bytes, !fail && !mt__test_fail("fusion-shm", rank), &p);
+    int e = map_shared(comm, rank, bytes, fail, mt__test_fail("fusion-shm", who), &p,
+                       refused);
     rc = rc ? rc : e;
     if (!p || rc) {
         if (p)
@@ -190,6 +200,7 @@ int mt__node_seg_open(MPI_Comm comm, int size, int rank, bool results, mt__node_
     s->comm = comm;
     s->size = size;
     s->rank = rank;
+    s->who = who;
     s->seg = p;
     s->seg_bytes = bytes;
     s->sync = p; /* zeroed by ftruncate */
@@ -205,27 +216,27 @@ int mt__node_seg_open(MPI_Comm comm, int size, int rank, bool results, mt__node_
     return MT_OK;
 }
 
-int mt__node_block(MPI_Comm comm, int size, int rank, size_t count, bool fail,
-                   mt__fblock *blk)
+int mt__node_block(mt__node_seg *s, size_t count, bool fail, mt__fblock *blk)
 {
     int rc = MT_OK;
     size_t stride = (count + 15) / 16 * 16; /* every rank's block on a cache line */
     bool fits = count <= SIZE_MAX / sizeof(float) / 16 &&
-                stride <= SIZE_MAX / sizeof(float) / (size_t)size;
-    size_t bytes = fits ? stride * (size_t)size * sizeof(float) : 1;
+                stride <= SIZE_MAX / sizeof(float) / (size_t)s->size;
+    size_t bytes = fits ? stride * (size_t)s->size * sizeof(float) : 1;
     void *p = NULL;
-    int e = map_shared(comm, rank, bytes, fits && !fail, &p);
+    bool refused;
+    int e = map_shared(s->comm, s->rank, bytes, fail, !fits, &p, &refused);
     if (fail)
         rc = mt__error(MT_ENOMEM, "rank %d: out of memory for a fusion block of %zu floats",
-                       rank, count);
+                       s->who, count);
     rc = rc ? rc : e;
     if (!p || rc) {
         if (p)
             munmap(p, bytes);
         return rc; /* refused (no error): ordinary memory instead */
     }
-    *blk = (mt__fblock){.base = p, .stride = stride, .count = count, .nranks = size,
-                        .me = rank, .map = p, .map_bytes = bytes};
+    *blk = (mt__fblock){.base = p, .stride = stride, .count = count, .nranks = s->size,
+                        .me = s->rank, .map = p, .map_bytes = bytes};
     return MT_OK;
 }
 

@@ -26,10 +26,13 @@
 static int shm_open_backend(const mt__fusion_where *w, void **state)
 {
     mt__node_seg *s = NULL;
-    int rc = mt__node_seg_open(w->data, w->c->size, w->c->rank, false, &s);
-    if (!rc && !s && w->forced)
-        rc = mt__error(MT_EIO, "rank %d: MT_FUSION_ALGO=shm, but the system refused the "
-                               "shared-memory segment (/dev/shm full?)", w->c->rank);
+    bool refused = false;
+    int rc = mt__node_seg_open(w->data, w->c->size, w->c->rank, w->c->rank, false, &s,
+                               &refused);
+    if (!rc && refused && w->forced)
+        rc = mt__error(MT_EIO, "rank %d: fusion algorithm shm asked for, but the system "
+                               "refused the shared-memory segment (/dev/shm full?)",
+                       w->c->rank);
     *state = s;
     return rc;
 }
@@ -81,8 +84,7 @@ static int shm_reduce(void *state, const mt__fbucket *b, const mt__ftensor *t)
 
 static int shm_alloc(void *state, size_t count, bool fail, mt__fblock *blk)
 {
-    mt__node_seg *s = state;
-    return mt__node_block(s->comm, s->size, s->rank, count, fail, blk);
+    return mt__node_block(state, count, fail, blk);
 }
 
 static void shm_close(void *state)

@@ -32,17 +32,26 @@ static float rng_normal(uint64_t *s)
     return (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
 }
 
-int mlp_init(model *m, uint64_t seed)
+size_t mlp_grad_count(void)
+{
+    size_t total = 0;
+    for (int l = 0; l < NL; l++)
+        total += mlp_wsize(l) + (size_t)mlp_sizes[l + 1];
+    return total;
+}
+
+int mlp_init(model *m, uint64_t seed, float *grad)
 {
     memset(m, 0, sizeof *m);
     uint64_t s = seed * 7919 + 1;
     /* all gradients in one block, in the order they are registered with mt_fusion (last
-     * layer first, weights then biases), so the fusion reduces them in place */
-    size_t total = 0;
-    for (int l = 0; l < NL; l++)
-        total += mlp_wsize(l) + (size_t)mlp_sizes[l + 1];
-    if (!(m->grad = calloc(total, sizeof(float))))
+     * layer first, weights then biases), so the fusion reduces them in place; a block
+     * from mt_fusion_alloc lies in the node's shared segment, where they are averaged
+     * straight from every rank's block */
+    m->owns_grad = !grad;
+    if (!grad && !(grad = calloc(mlp_grad_count(), sizeof(float))))
         return MT_ENOMEM;
+    m->grad = grad;
     float *g = m->grad;
     for (int l = NL - 1; l >= 0; l--) {
         m->gw[l] = g;
@@ -87,7 +96,8 @@ void mlp_free(model *m)
         free(m->w[l]), free(m->vw[l]);
         free(m->b[l]), free(m->vb[l]);
     }
-    free(m->grad);
+    if (m->owns_grad)
+        free(m->grad);
     for (int l = 0; l <= NL; l++)
         free(m->act[l]), free(m->delta[l]);
 }

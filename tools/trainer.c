@@ -35,6 +35,7 @@ typedef struct {
     int epochs, batch, threads, steps;
     uint64_t seed;
     int fail_rank, fail_epoch; /* fault injection for tests: return an error there */
+    mt_fusion_options fusion;  /* --fusion-compression, --fusion-algo */
 } options;
 
 /* Cosine decay of the learning rate over the epochs. */
@@ -151,8 +152,17 @@ static int train(mt_context *c, void *arg)
         rc = mt_get_dataset_shard(c, "test", &te);
     if (rc)
         return rc;
+    /* the fusion first: the model's gradients live in its memory (the node's shared
+     * segment on one node, where they are averaged without a copy) */
+    mt_fusion *f = NULL;
+    float *grad = NULL;
     model m;
-    rc = mlp_init(&m, o->seed);
+    memset(&m, 0, sizeof m);
+    rc = mt_fusion_create_opts(c, &o->fusion, &f);
+    if (!rc)
+        rc = mt_fusion_alloc(f, mlp_grad_count(), &grad);
+    if (!rc)
+        rc = mlp_init(&m, o->seed, grad);
     int64_t epoch = -1;
     const mt_checkpoint *ck = mt_get_checkpoint(c);
     if (!rc && ck) {
@@ -161,10 +171,7 @@ static int train(mt_context *c, void *arg)
             printf("trainer: resumed from %s (epoch %lld done)\n", mt_checkpoint_path(ck),
                    (long long)epoch + 1);
     }
-    mt_fusion *f = NULL;
     int idx[2 * NL];
-    if (!rc)
-        rc = mt_fusion_create(c, 0, &f);
     for (int l = NL - 1; l >= 0 && !rc; l--) { /* in the order gradients are ready */
         idx[2 * l] = mt_fusion_add(f, m.gw[l], mlp_wsize(l));
         idx[2 * l + 1] = mt_fusion_add(f, m.gb[l], (size_t)mlp_sizes[l + 1]);
@@ -235,8 +242,8 @@ static int train(mt_context *c, void *arg)
         j->best_acc = fmax(j->best_acc, acc);
         j->epochs_run++;
     }
-    mt_fusion_destroy(&f);
     mlp_free(&m);
+    mt_fusion_destroy(&f); /* after the model: it frees the gradients' block */
     return rc;
 }
 
@@ -271,12 +278,38 @@ static void usage(FILE *out)
         "  --seed N                default %llu (initial weights and shuffling)\n"
         "  --threads N             OpenBLAS threads per rank; 0 = the rank's CPUs; default %d\n"
         "  --steps-per-epoch N     train on N batches per epoch only (quick runs); default: all\n"
+        "  --fusion-compression none|fp16|bf16   gradients on the network as 16-bit floats,\n"
+        "                          averaged in fp32; default none (or $MT_FUSION_COMPRESS)\n"
+        "  --fusion-algo auto|flat|shm|hier      how gradients are averaged; default auto\n"
+        "                          (or $MT_FUSION_ALGO): shm on one node, else flat or hier,\n"
+        "                          whichever measured faster\n"
         "  --fail-rank R --fail-epoch E   tests: rank R fails in epoch E of the first attempt\n"
         "  --help                  this text\n"
         "\n"
         "Exit status: 0 done, 1 failed, 75 preempted (rerun to resume), 76 stalled, 2 usage.\n\n",
         d->epochs, d->lr, d->momentum, d->weight_decay, (unsigned long long)d->seed, d->threads);
     mt_config_help(out, &default_config);
+}
+
+static const char *const compressions[] = {"none", "fp16", "bf16", NULL};
+static const char *const algos[] = {"auto", "flat", "shm", "hier", NULL};
+
+/* v as the index of one of words (0), or -2 when it is none of them (rank 0 says so). */
+static int word(const char *name, const char *v, const char *const *words, int *out,
+                int rank)
+{
+    for (int i = 0; words[i]; i++)
+        if (!strcmp(v, words[i])) {
+            *out = i;
+            return 0;
+        }
+    if (rank == 0) {
+        fprintf(stderr, "trainer: %s: '%s' is not one of", name, v);
+        for (int i = 0; words[i]; i++)
+            fprintf(stderr, "%s %s", i ? "," : "", words[i]);
+        fprintf(stderr, "\n");
+    }
+    return -2;
 }
 
 /* Every number through the library's strict parser: the whole text, in range (so
@@ -287,6 +320,7 @@ static int parse(int argc, char **argv, options *o, int rank)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int e = 1; /* 1: not a number option */
         int64_t n = 0;
+        int compression = o->fusion.compression, algo = o->fusion.algo;
 #define INT(name, field, lo, hi)                                              \
         if (e == 1 && !strcmp(a, name))                                       \
             e = v ? (mt_parse_i64(name, v, lo, hi, &n) ? -1 : (o->field = (int)n, 0)) : 2;
@@ -308,11 +342,17 @@ static int parse(int argc, char **argv, options *o, int rank)
 #undef REAL
         if (e == 1 && !strcmp(a, "--data"))
             e = v ? (o->data = v, 0) : 2;
+        if (e == 1 && !strcmp(a, "--fusion-compression"))
+            e = v ? word(a, v, compressions, &compression, rank) : 2;
+        if (e == 1 && !strcmp(a, "--fusion-algo"))
+            e = v ? word(a, v, algos, &algo, rank) : 2;
         if (e == 0) {
+            o->fusion.compression = (mt_compression)compression;
+            o->fusion.algo = (mt_fusion_algo)algo;
             i++;
             continue;
         }
-        if (rank == 0) {
+        if (rank == 0 && e != -2) { /* -2: said already */
             if (e == 2)
                 fprintf(stderr, "trainer: option %s needs a value\n", a);
             else if (e == 1)
