@@ -37,39 +37,45 @@ static inline float float_of(uint32_t u)
     return f;
 }
 
+/* Branch-free (each case computed, the one that applies kept by a mask), so the loops
+ * below vectorise. */
+static inline uint32_t mask(int cond)
+{
+    return -(uint32_t)(cond != 0);
+}
+
 static inline uint16_t to_f16(float f)
 {
-    uint32_t x = bits_of(f), a = x & 0x7fffffffu;
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u), h;
-    if (a >= 0x477ff000u) /* 65520 and up round past 65504; inf; NaN */
-        h = a > 0x7f800000u ? 0x7e00 : a == 0x7f800000u ? 0x7c00 : 0x7bff;
-    else if (a < 0x38800000u) /* below 2^-14: a subnormal, rounded by the FPU at 2^-24 */
-        h = (uint16_t)(bits_of(float_of(a) + 0.5f) - 0x3f000000u);
-    else /* rebias the exponent (127 -> 15), round the 13 dropped bits to nearest even */
-        h = (uint16_t)((a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13);
-    return sign | h;
+    uint32_t x = bits_of(f), a = x & 0x7fffffffu, sign = (x >> 16) & 0x8000u;
+    /* normal: rebias the exponent (127 -> 15), round the 13 dropped bits to nearest even */
+    uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+    /* below 2^-14: a subnormal, rounded to a multiple of 2^-24 by the FPU's own addition */
+    uint32_t sub = bits_of(float_of(a) + 0.5f) - 0x3f000000u;
+    /* 65520 and up round past 65504: clamped; inf; NaN (kept quiet) */
+    uint32_t nan = mask(a > 0x7f800000u), inf = mask(a == 0x7f800000u);
+    uint32_t big = (0x7e00u & nan) | (0x7c00u & inf) | (0x7bffu & ~nan & ~inf);
+    uint32_t is_big = mask(a >= 0x477ff000u), is_sub = mask(a < 0x38800000u);
+    return (uint16_t)(sign | (big & is_big) | (sub & is_sub) | (normal & ~is_big & ~is_sub));
 }
 
 static inline float from_f16(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) { /* zero or subnormal: m * 2^-24 */
-        float v = (float)m * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    if (e == 31)
-        return float_of(sign | 0x7f800000u | (m << 13));
-    return float_of(sign | ((e + 112) << 23) | (m << 13));
+    uint32_t sub = bits_of((float)m * 0x1p-24f); /* zero or subnormal: m * 2^-24 */
+    uint32_t special = 0x7f800000u | (m << 13);  /* inf, NaN */
+    uint32_t normal = ((e + 112) << 23) | (m << 13);
+    uint32_t zero_e = mask(e == 0), top_e = mask(e == 31);
+    return float_of(sign | (sub & zero_e) | (special & top_e) | (normal & ~zero_e & ~top_e));
 }
 
 static inline uint16_t to_bf16(float f)
 {
     uint32_t x = bits_of(f), a = x & 0x7fffffffu;
-    if (a > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
-        return (uint16_t)((x >> 16) | 0x40u);
-    if (a >= 0x7f7f8000u && a < 0x7f800000u) /* would round to inf */
-        return (uint16_t)(((x >> 16) & 0x8000u) | 0x7f7fu);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t quiet = (x >> 16) | 0x40u;                 /* keep a NaN a (quiet) NaN */
+    uint32_t clamped = ((x >> 16) & 0x8000u) | 0x7f7fu; /* what would round to inf */
+    uint32_t nan = mask(a > 0x7f800000u), over = mask(a >= 0x7f7f8000u) & mask(a < 0x7f800000u);
+    return (uint16_t)((quiet & nan) | (clamped & over) | (rounded & ~nan & ~over));
 }
 
 static inline float from_bf16(uint16_t h)
@@ -87,7 +93,10 @@ float mt__wire_to_f32(mt_compression k, uint16_t h)
     return k == MT_COMPRESS_BF16 ? from_bf16(h) : from_f16(h);
 }
 
-static void encode(mt_compression k, const float *src, uint16_t *dst, size_t n)
+#define VECTORISED __attribute__((optimize("tree-vectorize")))
+
+VECTORISED static void encode(mt_compression k, const float *restrict src,
+                              uint16_t *restrict dst, size_t n)
 {
     if (k == MT_COMPRESS_BF16)
         for (size_t i = 0; i < n; i++)
@@ -97,7 +106,8 @@ static void encode(mt_compression k, const float *src, uint16_t *dst, size_t n)
             dst[i] = to_f16(src[i]);
 }
 
-static void decode(mt_compression k, const uint16_t *src, float *dst, size_t n)
+VECTORISED static void decode(mt_compression k, const uint16_t *restrict src,
+                              float *restrict dst, size_t n)
 {
     if (k == MT_COMPRESS_BF16)
         for (size_t i = 0; i < n; i++)
@@ -136,8 +146,8 @@ void mt__wire_free(mt__wire *w)
 
 /* This rank's segment: seg values from each of p ranks (recv, rank after rank) summed in
  * rank order, times scale, rounded into out. */
-static void sum_segment(mt_compression k, const uint16_t *recv, size_t seg, int p,
-                        float scale, uint16_t *out)
+VECTORISED static void sum_segment(mt_compression k, const uint16_t *recv, size_t seg,
+                                   int p, float scale, uint16_t *out)
 {
     enum { BLOCK = 512 };
     float acc[BLOCK], x[BLOCK];
