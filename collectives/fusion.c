@@ -482,6 +482,11 @@ const char *mt_fusion_algo_name(const mt_fusion *f)
     return f->alt ? "auto" : f->be ? f->be->name : "none";
 }
 
+const char *mt_fusion_compression_name(const mt_fusion *f)
+{
+    return f ? compress_words[f->compression] : NULL;
+}
+
 void mt_fusion_destroy(mt_fusion **fp)
 {
     if (!fp || !*fp)

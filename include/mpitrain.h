@@ -437,6 +437,9 @@ MT_EXTERN int mt_fusion_alloc(mt_fusion *f, size_t count, float **out);
 /* Local. "shm", "mpi", "hier" (see Algorithms above; "auto" before the registration
  * check of a fusion that times its candidates, "none" with one rank); NULL for NULL. */
 MT_EXTERN const char *mt_fusion_algo_name(const mt_fusion *f);
+/* Local. The network step's format after the environment: "none", "fp16", "bf16"; NULL
+ * for NULL. */
+MT_EXTERN const char *mt_fusion_compression_name(const mt_fusion *f);
 /* Local, but every rank adds the same tensors in the same order (checked at the first
  * ready or wait), before the first ready/wait. Returns the tensor's index (>= 0). */
 MT_EXTERN int mt_fusion_add(mt_fusion *f, float *tensor, size_t count);

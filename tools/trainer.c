@@ -233,6 +233,8 @@ static int train(mt_context *c, void *arg)
         mt_metrics_set_f64(mm, "time_comm_s", t_comm);
         mt_metrics_set_f64(mm, "time_data_s", t_data);
         mt_metrics_set_i64(mm, "world_size", P);
+        mt_metrics_set_str(mm, "fusion_algo", mt_fusion_algo_name(f));
+        mt_metrics_set_str(mm, "fusion_compression", mt_fusion_compression_name(f));
         int64_t ep = e;
         mt_checkpoint *save_ck = mt_should_checkpoint(c) ? save(&m, &ep) : NULL;
         rc = mt_report(c, mm, save_ck);
@@ -278,11 +280,13 @@ static void usage(FILE *out)
         "  --seed N                default %llu (initial weights and shuffling)\n"
         "  --threads N             OpenBLAS threads per rank; 0 = the rank's CPUs; default %d\n"
         "  --steps-per-epoch N     train on N batches per epoch only (quick runs); default: all\n"
-        "  --fusion-compression none|fp16|bf16   gradients on the network as 16-bit floats,\n"
-        "                          averaged in fp32; default none (or $MT_FUSION_COMPRESS)\n"
-        "  --fusion-algo auto|flat|shm|hier      how gradients are averaged; default auto\n"
-        "                          (or $MT_FUSION_ALGO): shm on one node, else flat or hier,\n"
-        "                          whichever measured faster\n"
+        "  --fusion-compression none|fp16|bf16\n"
+        "                          gradients on the network as 16-bit floats, averaged in\n"
+        "                          fp32; default none ($MT_FUSION_COMPRESS if set)\n"
+        "  --fusion-algo auto|flat|shm|hier\n"
+        "                          how gradients are averaged; default auto ($MT_FUSION_ALGO\n"
+        "                          if set): shm on one node, else flat or hier, whichever\n"
+        "                          measured faster (each report's fusion_algo says which ran)\n"
         "  --fail-rank R --fail-epoch E   tests: rank R fails in epoch E of the first attempt\n"
         "  --help                  this text\n"
         "\n"
