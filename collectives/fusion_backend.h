@@ -159,21 +159,27 @@ int mt__node_block(mt__node_seg *s, size_t count, bool fail, mt__fblock *blk);
 uint16_t mt__wire_from_f32(mt_compression k, float f);
 float mt__wire_to_f32(mt_compression k, uint16_t h);
 
-/* Room of the compressed allreduce: 16-bit segments for up to cap floats over size ranks. */
+/* Room of the compressed allreduce: a window of pieces, each with its 16-bit buffers. */
 typedef struct {
-    uint16_t *send, *recv;
-    size_t cap;
-    int size, rank;
+    uint16_t *buf;
+    size_t piece, seg;    /* values a piece, per rank */
+    int slots, size;      /* pieces in flight; ranks */
 } mt__wire;
-/* Local: room for pieces of up to cap floats (grows; MT_ENOMEM on this rank). */
-int mt__wire_reserve(mt__wire *w, int size, int rank, size_t cap);
+/* Local: room for calls of up to cap floats over size ranks, in pieces across nodes
+ * (piped) or in one (grows; MT_ENOMEM on this rank). */
+int mt__wire_reserve(mt__wire *w, int size, int rank, size_t cap, bool piped);
 void mt__wire_free(mt__wire *w);
-/* Collective over comm (w reserved for it): every rank's data[0..n) (n <= w->cap) is
- * rounded to 16 bits, each rank sums its segment over the ranks in rank order in fp32,
- * multiplies by scale, rounds once to 16 bits, and every rank receives every segment
- * (MPI_Alltoall, then MPI_Allgather): data becomes that result, the same bits on every
- * rank, and the link carries half the bytes of fp32. */
+/* Collective over comm (w reserved for it): every rank's data[0..n) (n <= the reserved
+ * cap) is rounded to 16 bits, each rank sums its segment over the ranks in rank order in
+ * fp32, multiplies by scale, rounds once to 16 bits, and every rank receives every
+ * segment (MPI_Ialltoall, then MPI_Iallgather, a window of pieces at a time): data
+ * becomes that result, the same bits on every rank, and the link carries half the bytes
+ * of fp32. */
 int mt__wire_allreduce(mt__wire *w, MPI_Comm comm, mt_compression k, float *data, size_t n,
                        float scale);
+/* Collective over comm: data[0..n) becomes its sum over the ranks (fp32, unscaled); piped
+ * (across nodes): in pieces of 32 KiB, a window of MPI_Iallreduce in flight; else
+ * MPI_Allreduce in chunks of mt__fusion_chunk(). The same bits on every rank. */
+int mt__wire_sum(MPI_Comm comm, float *data, size_t n, bool piped);
 
 #endif

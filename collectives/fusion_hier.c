@@ -30,6 +30,7 @@ typedef struct {
     mt__node_seg *seg;    /* the node's ranks */
     MPI_Comm leaders;     /* one rank per node; MPI_COMM_NULL on the others */
     int world;            /* ranks in all: the average's divisor */
+    bool piped;           /* the leaders are on several nodes: their step in pieces */
     mt_compression compression;
     mt__wire wire;        /* the leader's 16-bit buffers, with compression */
 } hier_state;
@@ -76,13 +77,15 @@ static int hier_open(const mt__fusion_where *w, void **state)
     if (!rc && all == 2 && leaders != MPI_COMM_NULL) {
         MT__MPI(MPI_Comm_size(leaders, &nleaders), out);
         if (w->compression)
-            rc = mt__wire_reserve(&s->wire, nleaders, rank, seg->slot_elems);
+            rc = mt__wire_reserve(&s->wire, nleaders, rank, seg->slot_elems,
+                                  w->num_nodes > 1);
     }
 out:
     if (s) {
         s->seg = seg;
         s->leaders = leaders;
         s->world = w->c->size;
+        s->piped = w->num_nodes > 1;
         s->compression = w->compression;
     } else if (leaders != MPI_COMM_NULL)
         MPI_Comm_free(&leaders);
@@ -100,15 +103,12 @@ out:
  * compression). */
 static int leaders_step(hier_state *s, float *res, size_t m)
 {
-    int rc = MT_OK;
     if (s->leaders == MPI_COMM_NULL)
         return MT_OK;
     if (s->compression)
         return mt__wire_allreduce(&s->wire, s->leaders, s->compression, res, m,
                                   1.0f / (float)s->world);
-    MT__MPI(MPI_Allreduce(MPI_IN_PLACE, res, (int)m, MPI_FLOAT, MPI_SUM, s->leaders), out);
-out:
-    return rc;
+    return mt__wire_sum(s->leaders, res, m, s->piped);
 }
 
 static int hier_reduce(void *state, const mt__fbucket *b, const mt__ftensor *t)

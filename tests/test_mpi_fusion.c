@@ -624,11 +624,12 @@ static float cval(int rank, int tensor, size_t i, bool exact)
  * same bits on every rank; with values they do not hold, within the format's rounding
  * of the fp32 mean, and not all equal to it (the wire really carried 16 bits). Through
  * shared memory alone (shm) nothing is compressed. */
-static void compressed_case(mt__comm *c, mt_fusion_algo a, mt_compression k, bool block)
+static void compressed_case(mt__comm *c, mt_fusion_algo a, mt_compression k, bool block,
+                            size_t big)
 {
     mt_fusion *f = create_opts(c, (mt_fusion_options){.bucket_bytes = 16384, .algo = a,
                                                       .compression = k});
-    size_t sizes[] = {1000, 0, 5000, 20000, 3}, total = 0;
+    size_t sizes[] = {1000, 0, 5000, big, 3}, total = 0;
     for (int i = 0; i < 5; i++)
         total += sizes[i];
     float *blk = NULL;
@@ -686,13 +687,16 @@ static void test_compression(void)
     nodes_t n = nodes();
     for (int a = MT_FUSION_AUTO; a <= MT_FUSION_HIER; a++)
         if (a != MT_FUSION_SHM || n.num_nodes == 1) { /* fp16 in tensors, bf16 in a block */
-            compressed_case(c, (mt_fusion_algo)a, MT_COMPRESS_FP16, false);
-            compressed_case(c, (mt_fusion_algo)a, MT_COMPRESS_BF16, true);
+            compressed_case(c, (mt_fusion_algo)a, MT_COMPRESS_FP16, false, 20000);
+            compressed_case(c, (mt_fusion_algo)a, MT_COMPRESS_BF16, true, 20000);
         }
+    /* across nodes the exchange goes in pieces of 16384 values a rank, several in flight:
+     * a bucket of 150000 */
+    compressed_case(c, MT_FUSION_FLAT, MT_COMPRESS_FP16, true, 150000);
     /* a chunked network step: the 16-bit exchange in pieces */
     mt__fusion_set_chunk(997);
-    compressed_case(c, MT_FUSION_FLAT, MT_COMPRESS_FP16, false);
-    compressed_case(c, MT_FUSION_HIER, MT_COMPRESS_BF16, true);
+    compressed_case(c, MT_FUSION_FLAT, MT_COMPRESS_FP16, false, 20000);
+    compressed_case(c, MT_FUSION_HIER, MT_COMPRESS_BF16, true, 20000);
     mt__fusion_set_chunk(0);
     mt__comm_destroy(&c);
 }
