@@ -129,17 +129,23 @@ static void raw_one_call(bench *b, void *arg)
                   b->raw);
 }
 
+/* One step: tensors [0, n) ready, then the wait; the first error kept in *first. */
+static void fusion_step(mt_fusion *f, int n, int *first)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = mt_fusion_ready(f, i);
+        if (rc && !*first)
+            *first = rc;
+    }
+    int rc = mt_fusion_wait(f);
+    if (rc && !*first)
+        *first = rc;
+}
+
 static void fused(bench *b, void *arg)
 {
     fusion_arg *a = arg;
-    for (int i = 0; i < a->n; i++) {
-        int rc = mt_fusion_ready(a->f, i);
-        if (rc && !a->rc)
-            a->rc = rc;
-    }
-    int rc = mt_fusion_wait(a->f);
-    if (rc && !a->rc)
-        a->rc = rc;
+    fusion_step(a->f, a->n, &a->rc);
 }
 
 /* ------------------------------------------------ the model's gradients, per algorithm */
@@ -154,14 +160,7 @@ typedef struct {
 static void model_step(bench *b, void *arg)
 {
     model_arg *a = arg;
-    for (int i = 0; i < 2 * NL; i++) { /* the six tensors, in the order backward gives them */
-        int rc = mt_fusion_ready(a->f, i);
-        if (rc && !a->rc)
-            a->rc = rc;
-    }
-    int rc = mt_fusion_wait(a->f);
-    if (rc && !a->rc)
-        a->rc = rc;
+    fusion_step(a->f, 2 * NL, &a->rc); /* the six tensors, in the order backward gives them */
 }
 
 static void model_raw(bench *b, void *arg)
