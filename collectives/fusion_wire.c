@@ -1,15 +1,18 @@
 /*
- * fusion_wire.c -- gradients on the wire as 16-bit floats (fp16 or bf16), averaged in
- * fp32, as Horovod's Compression.fp16 halves the bytes on the link; used by the network
- * step of the flat backend (fusion_mpi.c) and of the hierarchical one (the leaders'
- * allreduce, fusion_hier.c). Within a node nothing is compressed.
+ * fusion_wire.c -- the network step of the flat backend (fusion_mpi.c) and of the
+ * hierarchical one (the leaders' allreduce, fusion_hier.c): the fp32 sum, and gradients on
+ * the wire as 16-bit floats (fp16 or bf16) averaged in fp32, as Horovod's
+ * Compression.fp16 halves the bytes on the link. Within a node nothing is compressed.
+ * Across nodes both go in pieces of small messages, several in flight (MSG_BYTES below
+ * says why).
  *
- * The allreduce is a reduce-scatter and an allgather of 16-bit segments: every rank
- * rounds its values to 16 bits, MPI_Alltoall gives rank r segment r from every rank, rank
- * r sums them in fp32 in rank order, multiplies by the average's factor and rounds once
- * to 16 bits, and MPI_Allgather gives every rank every rounded segment. Each rank sends
- * 2 (P - 1) / P of the data's 16-bit size, half of what a ring allreduce of fp32 sends,
- * and every rank decodes the same bits (MPI_Allreduce cannot sum 16-bit floats in fp32).
+ * The 16-bit allreduce is a reduce-scatter and an allgather of 16-bit segments: every
+ * rank rounds its values to 16 bits, MPI_Ialltoall gives rank r segment r from every
+ * rank, rank r sums them in fp32 in rank order, multiplies by the average's factor and
+ * rounds once to 16 bits, and MPI_Iallgather gives every rank every rounded segment. Each
+ * rank sends 2 (P - 1) / P of the data's 16-bit size, half of what a ring allreduce of
+ * fp32 sends, and every rank decodes the same bits (MPI_Allreduce cannot sum 16-bit
+ * floats in fp32).
  *
  * Rounding is to nearest even. fp16 (1 sign, 5 exponent, 10 mantissa bits): finite values
  * beyond +-65504 are clamped to +-65504 (not inf: one large gradient would otherwise make
