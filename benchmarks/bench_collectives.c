@@ -1,10 +1,15 @@
 /*
- * bench_collectives.c -- the allreduce, fusion and overlap suites of mpitrain-bench.
+ * bench_collectives.c -- the allreduce, fusion and overlap suites of mpitrain-bench. The
+ * fusion suite also averages the example model's gradients with each algorithm that can
+ * serve the ranks (shm or hier next to flat; fp32, fp16 and bf16 on the network) and says
+ * which one auto picks.
  *
  * Each figure is the median of several repetitions; raw and mpitrain measurements
  * alternate within a repetition so drift in the machine affects both alike.
  */
 #include "bench.h"
+
+#include "../tools/mlp.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -126,17 +131,136 @@ static void raw_one_call(bench *b, void *arg)
                   b->raw);
 }
 
+/* One step: tensors [0, n) ready, then the wait; the first error kept in *first. */
+static void fusion_step(mt_fusion *f, int n, int *first)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = mt_fusion_ready(f, i);
+        if (rc && !*first)
+            *first = rc;
+    }
+    int rc = mt_fusion_wait(f);
+    if (rc && !*first)
+        *first = rc;
+}
+
 static void fused(bench *b, void *arg)
 {
     fusion_arg *a = arg;
-    for (int i = 0; i < a->n; i++) {
-        int rc = mt_fusion_ready(a->f, i);
-        if (rc && !a->rc)
-            a->rc = rc;
+    fusion_step(a->f, a->n, &a->rc);
+}
+
+/* ------------------------------------------------ the model's gradients, per algorithm */
+
+typedef struct {
+    mt_fusion *f;
+    float *one;           /* raw: the same bytes, one MPI_Allreduce */
+    size_t count;
+    int rc;
+} model_arg;
+
+static void model_step(bench *b, void *arg)
+{
+    model_arg *a = arg;
+    fusion_step(a->f, 2 * NL, &a->rc); /* the six tensors, in the order backward gives them */
+}
+
+static void model_raw(bench *b, void *arg)
+{
+    model_arg *a = arg;
+    MPI_Allreduce(MPI_IN_PLACE, a->one, (int)a->count, MPI_FLOAT, MPI_SUM, b->raw);
+}
+
+/* A fusion as the trainer makes it: the gradients in one block from mt_fusion_alloc,
+ * each layer's weights and biases a tensor, last layer first; its first step done. */
+static int model_fusion(bench *b, mt_fusion_options o, model_arg *a)
+{
+    float *g = NULL;
+    int rc = mt_fusion_create_opts(b->ctx, &o, &a->f);
+    if (!rc)
+        rc = mt_fusion_alloc(a->f, a->count, &g);
+    size_t off = 0;
+    for (int l = NL - 1; l >= 0 && !rc; l--) {
+        size_t sizes[2] = {mlp_wsize(l), (size_t)mlp_sizes[l + 1]};
+        for (int k = 0; k < 2 && !rc; k++, off += sizes[k - 1])
+            if (mt_fusion_add(a->f, g + off, sizes[k]) < 0)
+                rc = MT_EINVAL;
     }
-    int rc = mt_fusion_wait(a->f);
-    if (rc && !a->rc)
-        a->rc = rc;
+    for (size_t i = 0; !rc && i < a->count; i++)
+        g[i] = (float)((i * 2654435761u + (unsigned)b->rank) % 1000) * 1e-4f;
+    if (!rc)
+        model_step(b, a); /* the registration check (auto: its timing) */
+    return rc ? rc : a->rc;
+}
+
+/* The model's gradients (the example MLP's, 0.94 MB) averaged by each algorithm that can
+ * serve these ranks, in fp32 and with fp16 and bf16 on the network, next to one raw
+ * MPI_Allreduce of the same bytes; which algorithm auto picks; across nodes the issue's
+ * budget fp16 <= 0.6x of fp32 for auto's algorithm. */
+static int fusion_model(bench *b)
+{
+    int nodes = mt_node_rank(b->ctx) + 1, reps = b->quick ? 3 : 5, iters = b->quick ? 10 : 30;
+    MPI_Allreduce(MPI_IN_PLACE, &nodes, 1, MPI_INT, MPI_MAX, b->raw);
+    model_arg a = {.count = mlp_grad_count()};
+    if (!(a.one = calloc(a.count, sizeof(float))))
+        return MT_ENOMEM;
+    /* auto's pick first, as the trainer would get it */
+    int rc = model_fusion(b, (mt_fusion_options){0}, &a);
+    char picked[16] = "";
+    if (!rc)
+        snprintf(picked, sizeof picked, "%s", mt_fusion_algo_name(a.f));
+    mt_fusion_destroy(&a.f);
+    struct { mt_fusion_algo algo; const char *name; } algos[] = {
+        {MT_FUSION_FLAT, "flat"}, {nodes > 1 ? MT_FUSION_HIER : MT_FUSION_SHM, nodes > 1 ? "hier" : "shm"}};
+    static const char *const comps[] = {"fp32", "fp16", "bf16"};
+    double t[2][3] = {{0}}, raw[8];
+    bench_say(b, "model gradients, %zu floats in one block (%d node%s): auto picks %s\n",
+              a.count, nodes, nodes > 1 ? "s" : "", picked);
+    bench_say(b, "%6s %6s %10s %10s %10s %12s\n", "algo", "wire", "avg_us", "raw_us",
+              "vs_raw", "vs_flat_fp32");
+    for (int i = 0; i < 2 && !rc; i++)
+        for (int k = 0; k < 3 && !rc; k++) {
+            if (algos[i].algo == MT_FUSION_SHM && k > 0)
+                continue; /* nothing on a network to compress */
+            rc = model_fusion(b, (mt_fusion_options){.algo = algos[i].algo,
+                                                     .compression = (mt_compression)k}, &a);
+            double fu[8];
+            for (int r = 0; r < reps && !rc; r++) { /* raw and fused alternate */
+                if (r % 2)
+                    fu[r] = time_op(b, model_step, &a, iters);
+                raw[r] = time_op(b, model_raw, &a, iters);
+                if (!(r % 2))
+                    fu[r] = time_op(b, model_step, &a, iters);
+            }
+            mt_fusion_destroy(&a.f);
+            rc = rc ? rc : a.rc;
+            if (rc)
+                break;
+            double fu_avg, raw_avg;
+            bench_over_ranks(b, bench_median(fu, reps), NULL, &fu_avg, NULL);
+            bench_over_ranks(b, bench_median(raw, reps), NULL, &raw_avg, NULL);
+            t[i][k] = fu_avg;
+            bench_say(b, "%6s %6s %10.1f %10.1f %9.2fx %11.2fx\n", algos[i].name, comps[k],
+                      fu_avg * 1e6, raw_avg * 1e6, fu_avg / raw_avg, fu_avg / t[0][0]);
+            bench_json(b, "fusion_model", "\"floats\": %zu, \"nodes\": %d, \"algo\": \"%s\", "
+                       "\"wire\": \"%s\", \"avg_us\": %.3f, \"raw_us\": %.3f, "
+                       "\"vs_flat_fp32\": %.4f, \"auto_picks\": \"%s\"", a.count, nodes,
+                       algos[i].name, comps[k], fu_avg * 1e6, raw_avg * 1e6, fu_avg / t[0][0],
+                       picked);
+        }
+    if (!rc && nodes > 1) {
+        int i = !strcmp(picked, "hier");
+        double x = t[i][1] / t[i][0], other = t[!i][0];
+        bench_say(b, "across nodes: hier / flat (fp32) %.2fx, auto picked %s (the faster: %s); "
+                     "budget fp16 <= 0.6x of fp32 (%s): %.2fx (%s)\n", t[1][0] / t[0][0],
+                  picked, t[i][0] <= other ? "yes" : "no", algos[i].name, x,
+                  x <= 0.6 ? "met" : "NOT met");
+        bench_json(b, "fusion_model", "\"nodes\": %d, \"auto_picks\": \"%s\", "
+                   "\"hier_vs_flat\": %.4f, \"fp16_vs_fp32\": %.4f%s", nodes, picked,
+                   t[1][0] / t[0][0], x, bench_budget(b, true, x <= 0.6, "fp16_vs_fp32 <= 0.6"));
+    }
+    free(a.one);
+    return rc;
 }
 
 int bench_fusion(bench *b)
@@ -195,7 +319,7 @@ int bench_fusion(bench *b)
         free(a.t);
         free(a.one);
     }
-    return rc;
+    return rc ? rc : b->size > 1 ? fusion_model(b) : MT_OK;
 }
 
 /* One layer's backward: touch every element a few times. */

@@ -64,14 +64,6 @@ static double steps(model *m, uint8_t *labels, int n, int count, mt_fusion *f, b
     return bench_now() - t0;
 }
 
-static size_t grad_floats(void)
-{
-    size_t n = 0;
-    for (int l = 0; l < NL; l++)
-        n += mlp_wsize(l) + (size_t)mlp_sizes[l + 1];
-    return n;
-}
-
 /* Seconds of one averaging of a fusion whose nt tensors (ids idx) are all ready at once,
  * or of one raw MPI_Allreduce of count floats at buf (f NULL); the median of reps. */
 static double averaging(bench *b, mt_fusion *f, const int *idx, int nt, float *buf,
@@ -111,10 +103,11 @@ static const variant variants[] = {
 typedef struct {
     const variant *v;
     mt_fusion *f;         /* the model's gradients, bucketed as v says */
+    float *grad;          /* the model's gradients while this variant runs: f's block */
     int idx[MLP_TENSORS];
     mt_fusion *tail;      /* the last bucket alone, as the wait reduces it (NULL: serial,
                              where the last bucket is all of it) */
-    float *tail_buf;
+    float *tail_buf;      /* tail's block */
     int tail_id;
     size_t tail_floats;
     double rate[MAX_ROUNDS], no_comm[MAX_ROUNDS]; /* samples/s */
@@ -138,7 +131,10 @@ typedef struct {
 static int create(bench *b, model *m, run *r)
 {
     m->w0_blocks = r->v->w0_blocks;
-    return mt_fusion_create(b->ctx, r->v->buckets ? mlp_bucket_bytes(m) : 0, &r->f);
+    int rc = mt_fusion_create(b->ctx, r->v->buckets ? mlp_bucket_bytes(m) : 0, &r->f);
+    if (!rc) /* the gradients in the fusion's memory, as the trainer has them */
+        rc = mt_fusion_alloc(r->f, mlp_grad_count(), &r->grad);
+    return rc;
 }
 
 /* Collective: the model's gradients in run r's fusion, and the fusion of its last bucket
@@ -147,14 +143,14 @@ static int setup(bench *b, model *m, run *r)
 {
     const variant *v = r->v;
     m->w0_blocks = v->w0_blocks;
+    mlp_use_grad(m, r->grad);
     int rc = mlp_register(m, r->f, r->idx);
-    r->tail_floats = v->buckets ? mlp_tail_floats(m) : grad_floats();
+    r->tail_floats = v->buckets ? mlp_tail_floats(m) : mlp_grad_count();
     if (rc || !v->buckets)
         return rc;
-    r->tail_buf = calloc(r->tail_floats, sizeof(float));
-    rc = bench_agree(b, r->tail_buf ? MT_OK : MT_ENOMEM);
-    if (!rc)
-        rc = mt_fusion_create(b->ctx, r->tail_floats * sizeof(float), &r->tail);
+    rc = mt_fusion_create(b->ctx, r->tail_floats * sizeof(float), &r->tail);
+    if (!rc) /* in the fusion's memory too, as the trainer's last bucket is */
+        rc = mt_fusion_alloc(r->tail, r->tail_floats, &r->tail_buf);
     if (!rc) /* a failed add is reported by the fusion's first use, on every rank */
         r->tail_id = mt_fusion_add(r->tail, r->tail_buf, r->tail_floats);
     return rc;
@@ -168,6 +164,7 @@ static int round_of(bench *b, model *m, uint8_t *labels, int n, int count, run *
 {
     int rc = MT_OK, reps = 3;
     m->w0_blocks = r->v->w0_blocks;
+    mlp_use_grad(m, r->grad);
     MPI_Barrier(b->raw);
     r->rate[i] = n * count / steps(m, labels, n, count, r->f, r->v->ready, r->idx, NULL, &rc);
     phases ph = {0, 0};
@@ -210,7 +207,7 @@ static void print(bench *b, int n, double alone, const result *res, double raw_t
 {
     const result *d = &res[NVARIANTS - 1]; /* the trainer's way */
     double avg = d->per_rank, busy = d->no_comm;
-    size_t gb = grad_floats() * sizeof(float);
+    size_t gb = mlp_grad_count() * sizeof(float);
     bench_say(b, "%6s %14s %18s %22s %7s %22s %9s\n", "ranks", "batch/rank", "alone_samples_s",
               "per_rank_samples_s", "ratio", "no_comm_samples_s", "ceiling");
     bench_say(b, "%6d %14d %18.0f %22.0f %7.2f %22.0f %9.2f\n", b->size, n, alone, avg,
@@ -259,7 +256,7 @@ static void json(bench *b, int n, double alone, const result *res, double raw_t)
                "\"layers_ideal_samples_per_s\": %.1f%s",
                n, alone, avg, d->min_rank, avg / alone, busy, busy / alone, avg / busy,
                env_or("MT_FUSION_ALGO", "auto"), env_or("MT_FUSION_COMPRESS", "none"),
-               MLP_W0_BLOCKS, grad_floats() * sizeof(float), raw_t * 1e3, d->k * 1e3,
+               MLP_W0_BLOCKS, mlp_grad_count() * sizeof(float), raw_t * 1e3, d->k * 1e3,
                d->pre * 1e3, d->sgd * 1e3, d->c_all * 1e3, d->tail_bytes, d->c_tail * 1e3,
                n / d->ideal_step, avg * d->ideal_step / n, s->per_rank, s->c_all * 1e3,
                n / s->ideal_step, l->per_rank, l->c_all * 1e3, l->tail_bytes, l->c_tail * 1e3,
@@ -273,8 +270,8 @@ int bench_train(bench *b)
     int rounds = b->quick ? 3 : MAX_ROUNDS, count = b->quick ? 10 : 50, rc = MT_OK;
     int n = 128 / b->size > 0 ? 128 / b->size : 1;
     model m;
-    uint8_t labels[128];
     memset(&m, 0, sizeof m);
+    uint8_t labels[128];
     run runs[NVARIANTS] = {{0}};
     for (int v = 0; v < NVARIANTS; v++)
         runs[v].v = &variants[v];
@@ -282,18 +279,19 @@ int bench_train(bench *b)
     for (int v = 0; v < NVARIANTS && !rc; v++)
         rc = create(b, &m, &runs[v]);
     if (!rc)
-        rc = mlp_init(&m, 1);
+        rc = mlp_init(&m, 1, NULL);
     if (!rc)
         rc = mlp_reserve(&m, 128);
     rc = bench_agree(b, rc);
     for (int v = 0; v < NVARIANTS && !rc; v++)
         rc = setup(b, &m, &runs[v]);
-    size_t gf = grad_floats();
+    size_t gf = mlp_grad_count();
     float *raw = rc ? NULL : calloc(gf, sizeof(float));
     if (!rc)
         rc = bench_agree(b, raw ? MT_OK : MT_ENOMEM);
     for (int v = 0; v < NVARIANTS && !rc; v++) { /* warm-up, and the registration checks */
         m.w0_blocks = variants[v].w0_blocks;
+        mlp_use_grad(&m, runs[v].grad);
         steps(&m, labels, n, count / 2, runs[v].f, variants[v].ready, runs[v].idx, NULL, &rc);
         if (!rc && runs[v].tail)
             averaging(b, runs[v].tail, &runs[v].tail_id, 1, NULL, 0, 1, &rc);
@@ -327,7 +325,6 @@ int bench_train(bench *b)
     for (int v = 0; v < NVARIANTS; v++) {
         mt_fusion_destroy(&runs[v].f);
         mt_fusion_destroy(&runs[v].tail);
-        free(runs[v].tail_buf);
     }
     return rc;
 }

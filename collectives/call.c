@@ -57,6 +57,13 @@ void mt__call_describe(const mt__call *c, char *buf, size_t len)
     case MT__CALL_ALLGATHER:
         snprintf(buf, len, "allgather(count=%llu, %s)", n, mt__dtype_name((int)c->x));
         break;
+    case MT__CALL_FUSION_CREATE:
+        snprintf(buf, len, "fusion-create(algo=%s, compression=%s)",
+                 mt__fusion_algo_text((int)c->x), mt__fusion_compression_text((int)c->y));
+        break;
+    case MT__CALL_FUSION_ALLOC:
+        snprintf(buf, len, "fusion-alloc(floats=%llu)", n);
+        break;
     case MT__CALL_FUSION_CHECK:
         snprintf(buf, len, "fusion-check(tensors=%lld, floats=%llu, buckets=%lld)",
                  (long long)c->x, n, (long long)c->y);

@@ -16,6 +16,8 @@
     XX(BROADCAST, "broadcast")                                                \
     XX(ALLGATHER, "allgather")                                                \
     XX(BARRIER, "barrier")                                                    \
+    XX(FUSION_CREATE, "fusion-create")                                        \
+    XX(FUSION_ALLOC, "fusion-alloc")                                          \
     XX(FUSION_CHECK, "fusion-check")                                          \
     XX(FUSION_WAIT, "fusion-wait")                                            \
     XX(DATA_OPEN, "dataset-open")                                             \
@@ -129,6 +131,9 @@ typedef struct {
     int node_rank, num_nodes;    /* nodes ordered by their lowest rank */
 } mt__topology;
 int mt__topology_get(mt__comm *c, mt__topology *out);
+/* The same, also handing out the node's communicator (ranks ordered as in c; the
+ * caller frees it) in *node, or MPI_COMM_NULL on an error. */
+int mt__topology_node(mt__comm *c, mt__topology *out, MPI_Comm *node);
 
 /* Byte movement inside an agreed collective (stream.c). */
 int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens);
@@ -150,7 +155,11 @@ int mt__stream_recv(mt__comm *c, int from, size_t len, void *const buf[2], size_
                     int (*consume)(const void *piece, size_t n, size_t offset, void *arg),
                     void *arg);
 
-/* Gradient fusion (the rest of its API is public). */
+/* The knob words of an algorithm and a compression ("auto", "fp16"; "?" out of range). */
+const char *mt__fusion_algo_text(int algo);
+const char *mt__fusion_compression_text(int compression);
+/* Gradient fusion (the rest of its API is public). o may be NULL (defaults). */
+int mt__fusion_create_opts(mt__comm *c, const mt_fusion_options *o, mt_fusion **out);
 int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out);
 /* The communicator f was made on is gone (its fit returned): from now on f's calls are
  * MT_EINVAL; mt_fusion_destroy still frees it. */
@@ -162,5 +171,7 @@ int mt__fusion_buckets(const mt_fusion *f);
 int mt__fusion_packed_buckets(const mt_fusion *f);
 /* Test hook: reductions go through the node's shared-memory segment (fusion_shm.c). */
 bool mt__fusion_shared(const mt_fusion *f);
+/* Test hook: buckets reduced straight from the blocks of mt_fusion_alloc. */
+int mt__fusion_block_buckets(const mt_fusion *f);
 
 #endif

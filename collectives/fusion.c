@@ -24,10 +24,14 @@
  * Registration (count and sizes) is checked across ranks once, at the first ready or wait.
  *
  * How a bucket is summed over the ranks and averaged is a backend's business
- * (fusion_backend.h): through a shared-memory segment when every rank is on one node
- * (fusion_shm.c), else MPI_Allreduce (fusion_mpi.c). Tensors that lie end to end in
- * memory in registration order (allocate a model's gradients as one block) are reduced
- * in place: no packing copy and no unpacking copy. With one rank nothing moves at all.
+ * (fusion_backend.h): shared memory when every rank is on one node (fusion_shm.c),
+ * MPI_Allreduce anywhere (fusion_mpi.c), or node by node with one leader per node on the
+ * network (fusion_hier.c). Which one runs is decided at creation from the node layout
+ * (topology.c) and the options, and under auto across nodes by timing the candidates at
+ * the registration check (choose()), on every rank the same. Memory from mt_fusion_alloc
+ * lies in the node's shared segment when the backend shares memory, so buckets in it are
+ * reduced straight from every rank's block; tensors that lie end to end in memory in
+ * registration order are reduced in place by MPI. With one rank nothing moves at all.
  */
 #include "fusion_backend.h"
 #include "watchdog.h"
@@ -37,18 +41,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef mt__ftensor tensor;
 typedef mt__fbucket bucket;
 
 struct mt_fusion {
     mt__comm *comm;       /* borrowed: agreements */
-    MPI_Comm data;        /* owned: the backend's collectives (lent to it) */
+    MPI_Comm data;        /* owned: the backends' collectives (lent to them) */
+    MPI_Comm node;        /* owned: this rank's node (lent to the shared-memory backends) */
+    int num_nodes;
     size_t bucket_elems;
+    mt_compression compression;
+    mt_fusion_algo algo;  /* asked for (after the environment) */
     tensor *t;
     int nt, tcap;
     bucket *b;
     int nb, bcap;
+    mt__fblock **blocks;  /* from mt_fusion_alloc, in allocation order */
+    size_t nblocks, blocks_cap;
     bool checked;
     int status;           /* first local error of this step, and its message */
     char status_msg[MT__MSG_LEN];
@@ -63,22 +74,23 @@ struct mt_fusion {
     bool closing;         /* the wait reduces what the thread has not taken */
     int thread_rc;
     char thread_msg[MT__MSG_LEN];
-    /* the backend that sums a bucket over the ranks (none with one rank) */
-    const mt__fusion_backend *be;
-    void *be_state;
+    /* the backend that sums a bucket over the ranks (none with one rank), and under auto
+     * until the registration check the other candidate (flat, with hier in be) */
+    const mt__fusion_backend *be, *alt;
+    void *be_state, *alt_state;
 };
 
 static size_t fusion_chunk = INT_MAX;
 
-/* dst = src * s (dst == src allowed), vectorised whatever the -O level: the averaging
- * pass touches every gradient float once per step. */
-__attribute__((optimize("tree-vectorize"))) static void scale_into(float *dst,
-                                                                   const float *src,
-                                                                   size_t n, float s)
+/* Vectorised whatever the -O level: the averaging pass touches every gradient float
+ * once per step. */
+__attribute__((optimize("tree-vectorize"))) void mt__fusion_scale(float *dst, const float *src,
+                                                                  size_t n, float s)
 {
     if (dst == src) {
-        for (size_t i = 0; i < n; i++)
-            dst[i] *= s;
+        if (s != 1.0f)
+            for (size_t i = 0; i < n; i++)
+                dst[i] *= s;
         return;
     }
     float *restrict d = dst;
@@ -92,13 +104,11 @@ size_t mt__fusion_chunk(void)
     return fusion_chunk;
 }
 
-/* Visits the pieces of bucket b's tensors (in t) that cover flat elements
- * [from, from + n): fn(tensor data, bucket-relative element, count, arg). */
-static void pieces(const bucket *b, const tensor *tensors, size_t from, size_t n,
-                   void (*fn)(float *t, size_t at, size_t cnt, void *arg), void *arg)
+void mt__fusion_pieces(const bucket *b, const tensor *tensors, size_t from, size_t n,
+                       mt__fpiece_fn fn, void *arg)
 {
     if (b->adjacent) { /* end to end: one piece */
-        fn(b->base + from, from, n, arg);
+        fn(&tensors[b->head], from, from, n, arg);
         return;
     }
     for (int k = b->first; k < b->first + b->n; k++) {
@@ -106,7 +116,7 @@ static void pieces(const bucket *b, const tensor *tensors, size_t from, size_t n
         size_t lo = t->offset > from ? t->offset : from;
         size_t hi = t->offset + t->count < from + n ? t->offset + t->count : from + n;
         if (lo < hi)
-            fn(t->ptr + (lo - t->offset), lo, hi - lo, arg);
+            fn(t, lo - t->offset, lo, hi - lo, arg);
     }
 }
 
@@ -116,29 +126,29 @@ typedef struct {
     float scale;
 } piece_io;
 
-static void copy_in(float *t, size_t at, size_t cnt, void *arg)
+static void copy_in(const tensor *t, size_t in, size_t at, size_t cnt, void *arg)
 {
     piece_io *io = arg;
-    memcpy(io->flat + (at - io->from), t, cnt * sizeof(float));
+    memcpy(io->flat + (at - io->from), t->ptr + in, cnt * sizeof(float));
 }
 
-static void copy_out(float *t, size_t at, size_t cnt, void *arg)
+static void copy_out(const tensor *t, size_t in, size_t at, size_t cnt, void *arg)
 {
     piece_io *io = arg;
-    scale_into(t, io->flat + (at - io->from), cnt, io->scale);
+    mt__fusion_scale(t->ptr + in, io->flat + (at - io->from), cnt, io->scale);
 }
 
 void mt__fusion_gather(const bucket *b, const tensor *t, size_t from, size_t n, float *dst)
 {
     piece_io io = {dst, from, 1.0f};
-    pieces(b, t, from, n, copy_in, &io);
+    mt__fusion_pieces(b, t, from, n, copy_in, &io);
 }
 
 void mt__fusion_average(const bucket *b, const tensor *t, size_t from, size_t n,
                         const float *sum, float scale)
 {
     piece_io io = {(float *)sum, from, scale};
-    pieces(b, t, from, n, copy_out, &io);
+    mt__fusion_pieces(b, t, from, n, copy_out, &io);
 }
 
 /* Sum one bucket across ranks and average it into its tensors (blocking). */
@@ -214,52 +224,131 @@ static void finish(mt_fusion *f, int upto)
     pthread_mutex_unlock(&f->lock);
 }
 
-/* Local part of the creation: the bucket size (argument or MT_FUSION_BYTES) and the
- * object in *fp. */
-static int fusion_new(mt__comm *c, size_t bucket_bytes, mt_fusion **out, mt_fusion **fp)
+static const char *const algo_words[] = {"auto", "flat", "shm", "hier"};
+static const char *const compress_words[] = {"none", "fp16", "bf16"};
+
+const char *mt__fusion_algo_text(int algo)
 {
-    *fp = NULL;
-    if (!out)
-        return mt__error(MT_EINVAL, "mt_fusion_create: out is NULL");
-    if (bucket_bytes == 0) {
+    return algo >= 0 && algo < 4 ? algo_words[algo] : "?";
+}
+
+const char *mt__fusion_compression_text(int compression)
+{
+    return compression >= 0 && compression < 3 ? compress_words[compression] : "?";
+}
+
+/* Local: the options with their zero fields from the environment (MT_FUSION_BYTES,
+ * MT_FUSION_COMPRESS, MT_FUSION_ALGO), checked; *r gets them even on an error (what the
+ * creation's agreement compares). */
+static int resolve(const mt__comm *c, const mt_fusion_options *o, mt_fusion_options *r)
+{
+    *r = o ? *o : (mt_fusion_options){0};
+    int word = 0;
+    if ((unsigned)r->compression > MT_COMPRESS_BF16)
+        return mt__error(MT_EINVAL, "rank %d: mt_fusion_options.compression must be "
+                                    "MT_COMPRESS_NONE, _FP16 or _BF16 (got %d)", c->rank,
+                         (int)r->compression);
+    if ((unsigned)r->algo > MT_FUSION_HIER)
+        return mt__error(MT_EINVAL, "rank %d: mt_fusion_options.algo must be MT_FUSION_AUTO, "
+                                    "_FLAT, _SHM or _HIER (got %d)", c->rank, (int)r->algo);
+    if (r->bucket_bytes == 0) {
         const char *env = getenv("MT_FUSION_BYTES");
         uint64_t v = (uint64_t)25 << 20;
         if (env && mt__parse_u64("MT_FUSION_BYTES", env, 1, (uint64_t)1 << 34, &v))
             return mt__error(MT_EINVAL, "rank %d: MT_FUSION_BYTES must be a positive number "
                                         "of bytes (got '%s'): %s", c->rank, env, mt_last_error());
-        bucket_bytes = (size_t)v;
+        r->bucket_bytes = (size_t)v;
     }
+    if (!r->compression) {
+        if (mt__env_word("MT_FUSION_COMPRESS", MT__FUSION_COMPRESS_WORDS, &word))
+            return mt__error(MT_EINVAL, "rank %d: %s", c->rank, mt_last_error());
+        r->compression = (mt_compression)word;
+    }
+    if (!r->algo) {
+        word = 0;
+        if (mt__env_word("MT_FUSION_ALGO", MT__FUSION_ALGO_WORDS, &word))
+            return mt__error(MT_EINVAL, "rank %d: %s", c->rank, mt_last_error());
+        r->algo = (mt_fusion_algo)word;
+    }
+    return MT_OK;
+}
+
+/* Local part of the creation: the object in *fp. */
+static int fusion_new(mt__comm *c, const mt_fusion_options *r, mt_fusion **out,
+                      mt_fusion **fp)
+{
+    *fp = NULL;
+    if (!out)
+        return mt__error(MT_EINVAL, "mt_fusion_create: out is NULL");
     mt_fusion *f = mt__test_fail("fusion-alloc", c->rank) ? NULL : calloc(1, sizeof *f);
     if (!f)
         return mt__error(MT_ENOMEM, "rank %d: out of memory creating a fusion", c->rank);
     f->comm = c;
-    f->data = MPI_COMM_NULL;
-    f->bucket_elems = bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1;
+    f->data = f->node = MPI_COMM_NULL;
+    f->bucket_elems = r->bucket_bytes / sizeof(float) ? r->bucket_bytes / sizeof(float) : 1;
+    f->compression = r->compression;
+    f->algo = r->algo;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->cond, NULL);
     *fp = f;
     return MT_OK;
 }
 
-/* Collective: the first backend that can serve these ranks (a later one, e.g. across
- * nodes, goes in front of MPI, which serves any). */
-static int open_backend(mt_fusion *f, mt__comm *c)
+/* Opens backend be into (*slot, *state); leaves them alone when it cannot serve. */
+static int open_one(const mt__fusion_backend *be, const mt__fusion_where *w,
+                    const mt__fusion_backend **slot, void **state)
 {
-    static const mt__fusion_backend *const order[] = {&mt__fusion_shm, &mt__fusion_mpi};
-    for (size_t i = 0; i < sizeof order / sizeof *order && !f->be; i++) {
-        void *state = NULL;
-        int rc = order[i]->open(c, f->data, &state);
-        if (rc)
-            return rc;
-        if (state) {
-            f->be = order[i];
-            f->be_state = state;
-        }
+    void *st = NULL;
+    int rc = be->open(w, &st);
+    if (!rc && st) {
+        *slot = be;
+        *state = st;
     }
-    return MT_OK;
+    return rc;
+}
+
+/* Collective: the backends for these ranks, by the rule in mpitrain.h. The node layout
+ * and MT_FUSION_SHM are agreed first, so every rank takes the same branch. */
+static int open_backends(mt_fusion *f, mt__comm *c)
+{
+    int rc = MT_OK;
+    mt__topology topo;
+    if ((rc = mt__topology_node(c, &topo, &f->node)))
+        return rc;
+    f->num_nodes = topo.num_nodes;
+    int v[2] = {mt__env_knob_bool("MT_FUSION_SHM", true), -topo.local_size}, all[2];
+    MT__MPI(MPI_Allreduce(v, all, 2, MPI_INT, MPI_MIN, f->data), out);
+    bool shm_ok = all[0], crowded = -all[1] > 1; /* some node has several ranks */
+    mt__fusion_where w = {.c = c, .data = f->data, .node = f->node,
+                          .num_nodes = f->num_nodes, .compression = f->compression,
+                          .forced = f->algo != MT_FUSION_AUTO};
+    const char *name = algo_words[f->algo];
+    if ((f->algo == MT_FUSION_SHM || f->algo == MT_FUSION_HIER) && !shm_ok)
+        return mt__error(MT_EINVAL, "rank %d: fusion algorithm %s needs shared memory, but "
+                                    "MT_FUSION_SHM=0", c->rank, name);
+    if (f->algo == MT_FUSION_SHM && f->num_nodes > 1)
+        return mt__error(MT_EINVAL, "rank %d: fusion algorithm shm serves ranks on one node, "
+                                    "and these are on %d (use hier or flat)", c->rank,
+                         f->num_nodes);
+    if (f->algo == MT_FUSION_SHM || (!f->algo && shm_ok && f->num_nodes == 1))
+        rc = open_one(&mt__fusion_shm, &w, &f->be, &f->be_state);
+    else if (f->algo == MT_FUSION_HIER || (!f->algo && shm_ok && crowded))
+        rc = open_one(&mt__fusion_hier, &w, &f->be, &f->be_state);
+    if (!rc && !f->be) /* flat, or auto's fall-back */
+        rc = open_one(&mt__fusion_mpi, &w, &f->be, &f->be_state);
+    else if (!rc && !f->algo && f->be == &mt__fusion_hier) /* timed against flat later */
+        rc = open_one(&mt__fusion_mpi, &w, &f->alt, &f->alt_state);
+out:
+    return rc;
 }
 
 int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
+{
+    mt_fusion_options o = {.bucket_bytes = bucket_bytes};
+    return mt__fusion_create_opts(c, &o, out);
+}
+
+int mt__fusion_create_opts(mt__comm *c, const mt_fusion_options *o, mt_fusion **out)
 {
     int rc = MT_OK;
     if (out)
@@ -267,12 +356,16 @@ int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out)
     /* what can fail on one rank alone is agreed before the first collective, and the
      * collectives and the thread after them, so every rank has a fusion or none has */
     mt_fusion *f = NULL;
+    mt_fusion_options r;
+    rc = resolve(c, o, &r);
+    if (!rc)
+        rc = fusion_new(c, &r, out, &f);
     mt__call call;
-    mt__call_init(&call, MT__CALL_INTERNAL, 5, 0, 0);
-    if ((rc = mt__agree(c, &call, fusion_new(c, bucket_bytes, out, &f), NULL)))
+    mt__call_init(&call, MT__CALL_FUSION_CREATE, 0, r.algo, r.compression);
+    if ((rc = mt__agree(c, &call, rc, NULL)))
         goto fail;
     MT__MPI(MPI_Comm_dup(c->comm, &f->data), agree);
-    if ((rc = open_backend(f, c)))
+    if (c->size > 1 && (rc = open_backends(f, c)))
         goto agree;
     int level = 0;
     MPI_Query_thread(&level);
@@ -305,6 +398,95 @@ void mt__fusion_orphan(mt_fusion *f)
         return mt__error(MT_EINVAL, fn ": the fusion's context ended with its fit (create a "\
                                        "fusion inside each fit)");
 
+/* ------------------------------------------------------------ blocks */
+
+/* The block's memory (local: the other ranks keep their mappings). */
+static void block_release(mt__fblock *k)
+{
+    if (k->map)
+        munmap(k->map, k->map_bytes);
+    else
+        free(k->base);
+    *k = (mt__fblock){0};
+}
+
+static void block_free(mt__fblock *k)
+{
+    if (k)
+        block_release(k);
+    free(k);
+}
+
+/* Collective over the backend's node: count zeroed floats in k, shared when backend be
+ * (may be NULL) shares memory and the system gives the mapping, else this rank's own
+ * aligned memory; `fail` (a fault site) makes this rank's part fail. */
+static int block_new(const mt__fusion_backend *be, void *state, int rank, size_t count,
+                     bool fail, mt__fblock *k)
+{
+    int rc = be && be->alloc ? be->alloc(state, count, fail, k) : MT_OK;
+    if (rc || k->base)
+        return rc;
+    void *p = NULL;
+    if (fail || count > SIZE_MAX / sizeof(float) ||
+        posix_memalign(&p, 64, count * sizeof(float)) != 0)
+        return mt__error(MT_ENOMEM, "rank %d: out of memory for a fusion block of %zu floats",
+                         rank, count);
+    memset(p, 0, count * sizeof(float));
+    *k = (mt__fblock){.base = p, .stride = count, .count = count, .nranks = 1};
+    return MT_OK;
+}
+
+int mt_fusion_alloc(mt_fusion *f, size_t count, float **out)
+{
+    if (!f)
+        return mt__error(MT_EINVAL, "mt_fusion_alloc: fusion is NULL");
+    NEED_COMM(f, "mt_fusion_alloc");
+    int rc = MT_OK, rank = f->comm->rank;
+    mt__fblock *k = NULL;
+    if (out)
+        *out = NULL;
+    if (!out)
+        rc = mt__error(MT_EINVAL, "mt_fusion_alloc: out is NULL");
+    else if (!count)
+        rc = mt__error(MT_EINVAL, "mt_fusion_alloc: count must be > 0");
+    else if (f->checked) /* blocks are for tensors, which must be added before */
+        rc = mt__error(MT_EINVAL, "mt_fusion_alloc: blocks must be allocated before the "
+                                  "first mt_fusion_ready or mt_fusion_wait");
+    else if (MT__GROW(f->blocks, f->blocks_cap, f->nblocks + 1) ||
+             mt__test_fail("fusion-block", rank) || !(k = calloc(1, sizeof *k)))
+        rc = mt__error(MT_ENOMEM, "rank %d: out of memory allocating a fusion block", rank);
+    mt__call call;
+    mt__call_init(&call, MT__CALL_FUSION_ALLOC, count, 0, 0);
+    if ((rc = mt__agree(f->comm, &call, rc, NULL)))
+        goto fail;
+    rc = block_new(f->be, f->be_state, rank, count,
+                   mt__test_fail("fusion-block-memory", rank), k);
+    mt__call_init(&call, MT__CALL_INTERNAL, 8, 0, 0);
+    if ((rc = mt__agree(f->comm, &call, rc, NULL)))
+        goto fail;
+    f->blocks[f->nblocks++] = k;
+    *out = k->base + (size_t)k->me * k->stride;
+    return MT_OK;
+fail:
+    if (k && k->base)
+        block_free(k);
+    else
+        free(k);
+    return rc;
+}
+
+const char *mt_fusion_algo_name(const mt_fusion *f)
+{
+    if (!f)
+        return NULL;
+    return f->alt ? "auto" : f->be ? f->be->name : "none";
+}
+
+const char *mt_fusion_compression_name(const mt_fusion *f)
+{
+    return f ? compress_words[f->compression] : NULL;
+}
+
 void mt_fusion_destroy(mt_fusion **fp)
 {
     if (!fp || !*fp)
@@ -325,8 +507,15 @@ void mt_fusion_destroy(mt_fusion **fp)
     pthread_cond_destroy(&f->cond);
     if (f->be)
         f->be->close(f->be_state); /* local: no rank waits for another here */
+    if (f->alt)
+        f->alt->close(f->alt_state);
     if (f->data != MPI_COMM_NULL)
         MPI_Comm_free(&f->data);
+    if (f->node != MPI_COMM_NULL)
+        MPI_Comm_free(&f->node);
+    for (size_t i = 0; i < f->nblocks; i++)
+        block_free(f->blocks[i]);
+    free(f->blocks);
     for (int i = 0; i < f->nb; i++)
         free(f->b[i].buf);
     free(f->b);
@@ -397,33 +586,193 @@ int mt_fusion_add(mt_fusion *f, float *tensor_ptr, size_t count)
     return idx;
 }
 
-/* Collective, once: every rank registered the same tensors; buffers for the layout. */
-static int check_registration(mt_fusion *f)
+/* The block tensor t lies in (this rank's own block of it), at *boff floats; or NULL. */
+static mt__fblock *block_of(const mt_fusion *f, const tensor *t, size_t *boff)
 {
-    int rc = MT_OK;
-    size_t elems = 0;
-    for (int i = 0; i < f->nb && !rc; i++) {
+    uintptr_t p = (uintptr_t)t->ptr;
+    for (size_t i = 0; i < f->nblocks; i++) {
+        mt__fblock *k = f->blocks[i];
+        uintptr_t own = (uintptr_t)(k->base + (size_t)k->me * k->stride);
+        size_t at = (size_t)(p - own) / sizeof(float);
+        if (p >= own && (p - own) % sizeof(float) == 0 && at <= k->count &&
+            t->count <= k->count - at) {
+            *boff = at;
+            return k;
+        }
+    }
+    return NULL;
+}
+
+/* Local: each bucket's layout (end to end in memory? in blocks?) and, where a backend
+ * packs, its buffer; *layout gets a signature of where the tensors lie in the blocks. */
+static int lay_out(mt_fusion *f, uint64_t *layout, size_t *elems, size_t *most)
+{
+    bool packs = (f->be && f->be->packs) || (f->alt && f->alt->packs);
+    for (int i = 0; i < f->nt; i++) {
+        tensor *t = &f->t[i];
+        t->blk = t->count ? block_of(f, t, &t->boff) : NULL;
+        for (size_t k = 0; t->blk && k < f->nblocks; k++)
+            if (f->blocks[k] == t->blk)
+                *layout = mt__sig_mix(mt__sig_mix(*layout, k + 1), t->boff);
+        if (!t->blk)
+            *layout = mt__sig_mix(*layout, 0);
+    }
+    for (int i = 0; i < f->nb; i++) {
         bucket *b = &f->b[i];
-        elems += b->elems;
+        *elems += b->elems;
+        *most = b->elems > *most ? b->elems : *most;
         b->unready = b->n;
         /* end to end in memory (zero-size tensors aside): reduce in place, no copies */
         float *next = NULL;
         bool adjacent = true;
+        b->base = NULL;
         for (int k = b->first; k < b->first + b->n; k++) {
             if (!f->t[k].count)
                 continue;
-            if (!b->base)
+            if (!b->base) {
                 b->base = f->t[k].ptr;
-            else if (f->t[k].ptr != next)
+                b->head = k;
+            } else if (f->t[k].ptr != next)
                 adjacent = false;
             next = f->t[k].ptr + f->t[k].count;
         }
         b->adjacent = adjacent && b->base;
-        if (!adjacent && f->comm->size > 1 && f->be->packs &&
+        if (!adjacent && f->comm->size > 1 && packs && !b->buf &&
             !(b->buf = malloc(b->elems * sizeof(float))))
-            rc = mt__error(MT_ENOMEM, "out of memory for a fusion bucket of %zu floats",
-                           b->elems);
+            return mt__error(MT_ENOMEM, "out of memory for a fusion bucket of %zu floats",
+                             b->elems);
     }
+    return MT_OK;
+}
+
+/* Agreed: whether the buckets lie in shared blocks at the same offsets on every rank. */
+static void mark_shared(mt_fusion *f, bool same_layout)
+{
+    for (int i = 0; i < f->nb; i++) {
+        bucket *b = &f->b[i];
+        bool in = same_layout && b->elems > 0;
+        for (int k = b->first; in && k < b->first + b->n; k++)
+            in = !f->t[k].count || (f->t[k].blk && f->t[k].blk->map);
+        b->shared = in;
+    }
+}
+
+/* ------------------------------------------------------------ auto's choice */
+
+enum { TIME_ROUNDS = 5, TIME_CAP = 16 << 20 /* floats timed at most: 64 MiB */ };
+
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Collective: seconds for backend be to reduce the scratch buckets once, from a barrier
+ * (every bucket's tensor is st). */
+static double round_of(mt_fusion *f, const mt__fusion_backend *be, void *state,
+                       const bucket *sb, const tensor *st, int n, int *rc)
+{
+    int e = MPI_Barrier(f->data);
+    if (e != MPI_SUCCESS && !*rc)
+        *rc = mt__mpi_error(e, "MPI_Barrier (fusion timing)");
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < n; i++)
+        if ((e = be->reduce(state, &sb[i], st)) && !*rc)
+            *rc = e;
+    return MPI_Wtime() - t0;
+}
+
+/* Collective, at the registration check under auto with two candidates (hier in be,
+ * flat in alt): each reduces scratch buckets of the fusion's bucket sizes (the first
+ * TIME_CAP floats of them; in a shared block when the real ones lie in blocks), one
+ * round to warm up, then TIME_ROUNDS rounds, alternating which goes first; the slowest
+ * rank's median counts, so every rank makes the same choice; hier only when faster. */
+static int choose(mt_fusion *f)
+{
+    int rc = MT_OK, n = 0, rank = f->comm->rank;
+    size_t total = 0, most = 0;
+    bool shared = false;
+    for (; n < f->nb && total < TIME_CAP; n++) {
+        size_t m = f->b[n].elems < TIME_CAP - total ? f->b[n].elems : TIME_CAP - total;
+        total += m;
+        most = m > most ? m : most;
+        shared |= f->b[n].shared;
+    }
+    bucket *sb = calloc((size_t)n + 1, sizeof *sb);
+    if (!sb || mt__test_fail("fusion-timing", rank))
+        rc = mt__error(MT_ENOMEM, "rank %d: out of memory timing the fusion's algorithms",
+                       rank);
+    mt__fblock k = {0}; /* the scratch: collective over the node whatever failed here */
+    int e = most ? block_new(shared ? f->be : NULL, f->be_state, rank, most, false, &k)
+                 : MT_OK;
+    rc = rc ? rc : e;
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 9, 0, 0);
+    if ((rc = mt__agree(f->comm, &call, rc, NULL)))
+        goto out;
+    float *own = k.base ? k.base + (size_t)k.me * k.stride : NULL;
+    tensor st = {.ptr = own, .count = most, .blk = k.map ? &k : NULL}; /* every bucket's */
+    size_t left = total;
+    for (int i = 0; i < n; i++) {
+        size_t m = f->b[i].elems < left ? f->b[i].elems : left;
+        left -= m;
+        sb[i] = (bucket){.n = 1, .elems = m, .base = m ? own : NULL, .adjacent = m > 0,
+                         .shared = f->b[i].shared && k.map};
+    }
+    double flat[TIME_ROUNDS], hier[TIME_ROUNDS], t[2];
+    for (int r = -1; r < TIME_ROUNDS; r++) {
+        if (r % 2 == 0) /* r = -1 warms up */
+            t[0] = round_of(f, f->alt, f->alt_state, sb, &st, n, &rc);
+        t[1] = round_of(f, f->be, f->be_state, sb, &st, n, &rc);
+        if (r % 2 != 0)
+            t[0] = round_of(f, f->alt, f->alt_state, sb, &st, n, &rc);
+        if (r >= 0)
+            flat[r] = t[0], hier[r] = t[1];
+    }
+    t[0] = median(flat, TIME_ROUNDS);
+    t[1] = median(hier, TIME_ROUNDS);
+    MT__MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, f->data), agree);
+agree:
+    mt__call_init(&call, MT__CALL_INTERNAL, 10, 0, 0);
+    if ((rc = mt__agree(f->comm, &call, rc, NULL)))
+        goto out;
+    bool hier_wins = t[1] < t[0]; /* the same doubles on every rank */
+    const mt__fusion_backend *lose = hier_wins ? f->alt : f->be;
+    lose->close(hier_wins ? f->alt_state : f->be_state);
+    if (!hier_wins) {
+        f->be = f->alt;
+        f->be_state = f->alt_state;
+        for (int i = 0; i < f->nb; i++)
+            f->b[i].shared = false; /* nothing reads the blocks across ranks now */
+    } else
+        for (int i = 0; i < f->nb; i++) { /* hier does not pack */
+            free(f->b[i].buf);
+            f->b[i].buf = NULL;
+        }
+    f->alt = NULL;
+    f->alt_state = NULL;
+out:
+    block_release(&k);
+    free(sb);
+    return rc;
+}
+
+/* Collective, once: every rank registered the same tensors; buffers for the layout;
+ * under auto with two candidates, the choice. */
+static int check_registration(mt_fusion *f)
+{
+    uint64_t layout = 0;
+    size_t elems = 0, most = 0;
+    int rc = lay_out(f, &layout, &elems, &most);
+    if (!rc && f->be && f->be->prepare)
+        rc = f->be->prepare(f->be_state, most);
+    if (!rc && f->alt && f->alt->prepare)
+        rc = f->alt->prepare(f->alt_state, most);
     mt__call call;
     mt__call_init(&call, MT__CALL_FUSION_CHECK, elems, f->nt, f->nb);
     call.sig = mt__sig_mix(call.sig, f->sig);
@@ -431,7 +780,14 @@ static int check_registration(mt_fusion *f)
         mt__error_set_text(f->status_msg);
         rc = f->status;
     }
-    rc = mt__agree(f->comm, &call, rc, NULL);
+    /* the blocks' layout compared by its maximum and minimum: a rank whose tensors lie
+     * elsewhere in its blocks makes every bucket go the copying way, not an error */
+    int64_t v[2] = {(int64_t)(layout >> 1), -(int64_t)(layout >> 1)};
+    rc = mt__agree_max(f->comm, &call, rc, NULL, v, 2);
+    if (!rc)
+        mark_shared(f, v[0] == -v[1]);
+    if (!rc && f->alt)
+        rc = choose(f);
     f->checked = rc == MT_OK;
     return rc;
 }
@@ -524,4 +880,12 @@ int mt__fusion_packed_buckets(const mt_fusion *f)
 bool mt__fusion_shared(const mt_fusion *f)
 {
     return f && f->be == &mt__fusion_shm;
+}
+
+int mt__fusion_block_buckets(const mt_fusion *f)
+{
+    int n = 0;
+    for (int i = 0; f && i < f->nb; i++)
+        n += f->b[i].shared;
+    return n;
 }

@@ -58,6 +58,11 @@ out:
 
 int mt__topology_get(mt__comm *c, mt__topology *out)
 {
+    return mt__topology_node(c, out, NULL);
+}
+
+int mt__topology_node(mt__comm *c, mt__topology *out, MPI_Comm *node_out)
+{
     int rc = MT_OK;
     MPI_Comm node = MPI_COMM_NULL;
     /* what can fail on one rank alone comes first, and is agreed with whether any rank
@@ -88,6 +93,10 @@ int mt__topology_get(mt__comm *c, mt__topology *out)
         out->num_nodes++;
         if (r < leader)
             out->node_rank++;
+    }
+    if (node_out) { /* handed over */
+        *node_out = node;
+        node = MPI_COMM_NULL;
     }
 out:
     if (node != MPI_COMM_NULL)

@@ -127,17 +127,25 @@ int mt__env_i64(const char *var, int64_t min, int64_t max, int64_t *out);
 int mt__env_u64(const char *var, uint64_t min, uint64_t max, uint64_t *out);
 int mt__env_f64(const char *var, double min, double max, double *out);
 int mt__env_bool(const char *var, bool *out); /* "0" or "1" */
+/* One of the '|'-separated words (its index in *out): "MT_FUSION_ALGO: 'x' is not one of
+ * auto, flat, shm, hier" otherwise. */
+int mt__env_word(const char *var, const char *words, int *out);
 
 /* The environment knobs (MT_CHECKPOINT_BUFFER, MT_FUSION_BYTES, ...): one table of names
  * and bounds. mt__env_validate (runtime, at the start of fit) refuses bad values with
  * one error listing them; where a knob is used, mt__env_knob_* gives its value, or the
  * default when unset or bad. */
-enum { MT__KNOB_BYTES = 1, MT__KNOB_BOOL, MT__KNOB_SECONDS };
+enum { MT__KNOB_BYTES = 1, MT__KNOB_BOOL, MT__KNOB_SECONDS, MT__KNOB_WORD };
 typedef struct {
     const char *name;
     int kind;
     uint64_t min, max;
+    const char *words;    /* MT__KNOB_WORD: the values, '|'-separated, in enum order */
 } mt__env_knob;
+/* The words of MT_FUSION_ALGO and MT_FUSION_COMPRESS, in mt_fusion_algo's and
+ * mt_compression's order. */
+#define MT__FUSION_ALGO_WORDS "auto|flat|shm|hier"
+#define MT__FUSION_COMPRESS_WORDS "none|fp16|bf16"
 extern const mt__env_knob mt__env_knobs[]; /* ends with a NULL name */
 uint64_t mt__env_knob_u64(const char *name, uint64_t dflt);
 double mt__env_knob_f64(const char *name, double dflt);

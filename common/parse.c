@@ -149,6 +149,30 @@ int mt__env_bool(const char *var, bool *out)
     return MT_OK;
 }
 
+int mt__env_word(const char *var, const char *words, int *out)
+{
+    const char *s = getenv(var);
+    if (!s || !*s)
+        return MT_OK;
+    size_t n = strlen(s);
+    int i = 0;
+    for (const char *w = words; w; w = strchr(w, '|') ? strchr(w, '|') + 1 : NULL, i++)
+        if (!strncmp(w, s, n) && (w[n] == '|' || !w[n])) {
+            *out = i;
+            return MT_OK;
+        }
+    char rule[128] = "one of ";
+    size_t k = strlen(rule);
+    for (const char *w = words; *w && k + 3 < sizeof rule; w++)
+        if (*w == '|') {
+            rule[k++] = ',';
+            rule[k++] = ' ';
+        } else
+            rule[k++] = *w;
+    rule[k] = '\0';
+    return bad_number(var, s, rule);
+}
+
 int mt__check_text(const char *field, const char *text, size_t max)
 {
     if (!text)
@@ -190,14 +214,16 @@ int mt__check_name(const char *field, const char *name, size_t max)
 /* ------------------------------------------------------------ environment knobs */
 
 const mt__env_knob mt__env_knobs[] = {
-    {"MT_CHECKPOINT_BUFFER", MT__KNOB_BYTES, 8, (uint64_t)1 << 36},
-    {"MT_FUSION_BYTES", MT__KNOB_BYTES, 1, (uint64_t)1 << 34},
-    {"MT_FUSION_SHM", MT__KNOB_BOOL, 0, 1},
-    {"MT_IO_COLLECTIVE", MT__KNOB_BOOL, 0, 1},
-    {"MT_IO_READAHEAD", MT__KNOB_BOOL, 0, 1},
-    {"MT_TEST_COMMIT_PAUSE", MT__KNOB_SECONDS, 0, 3600},
-    {"MT_TEST_COMMIT_PAUSE_AT", MT__KNOB_BYTES, 0, (uint64_t)1 << 40},
-    {NULL, 0, 0, 0},
+    {"MT_CHECKPOINT_BUFFER", MT__KNOB_BYTES, 8, (uint64_t)1 << 36, NULL},
+    {"MT_FUSION_ALGO", MT__KNOB_WORD, 0, 0, MT__FUSION_ALGO_WORDS},
+    {"MT_FUSION_BYTES", MT__KNOB_BYTES, 1, (uint64_t)1 << 34, NULL},
+    {"MT_FUSION_COMPRESS", MT__KNOB_WORD, 0, 0, MT__FUSION_COMPRESS_WORDS},
+    {"MT_FUSION_SHM", MT__KNOB_BOOL, 0, 1, NULL},
+    {"MT_IO_COLLECTIVE", MT__KNOB_BOOL, 0, 1, NULL},
+    {"MT_IO_READAHEAD", MT__KNOB_BOOL, 0, 1, NULL},
+    {"MT_TEST_COMMIT_PAUSE", MT__KNOB_SECONDS, 0, 3600, NULL},
+    {"MT_TEST_COMMIT_PAUSE_AT", MT__KNOB_BYTES, 0, (uint64_t)1 << 40, NULL},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static const mt__env_knob *knob(const char *name)

@@ -367,7 +367,8 @@ MT_EXTERN int mt_barrier(mt_context *c);
 /* Gradient fusion: average many float tensors across ranks with few collectives.
  *
  *   mt_fusion *f; mt_fusion_create(ctx, 0, &f);          // 0 = MT_FUSION_BYTES or 25 MiB
- *   for each parameter, last layer first: idx = mt_fusion_add(f, grad, n);
+ *   float *g; mt_fusion_alloc(f, total, &g);             // optional: the gradients' memory
+ *   for each parameter, last layer first: idx = mt_fusion_add(f, grad, n);  // inside g
  *   each step: backward; after each layer's gradient: mt_fusion_ready(f, idx);
  *              mt_fusion_wait(f);                         // every tensor now averaged
  *
@@ -376,21 +377,81 @@ MT_EXTERN int mt_barrier(mt_context *c);
  * rest of the backward pass. Tensors larger than a bucket get one of their own; zero-size
  * tensors are fine. Registration is checked across ranks at the first ready or wait call
  * (a different count or size on any rank is MT_EMISMATCH). A tensor's memory must stay
- * untouched between its ready call and the wait. */
+ * untouched between its ready call and the wait.
+ *
+ * Algorithms (mt_fusion_algo_name): "shm" when every rank is on one node (a shared-memory
+ * segment, no MPI call per bucket); "mpi" (flat) MPI_Allreduce over all ranks, anywhere;
+ * "hier" across nodes: a shared-memory sum within each node, an allreduce among one
+ * leader per node, the result read back through shared memory. Every rank gets the same
+ * bits whichever runs. MT_FUSION_AUTO's rule: one node: shm; several nodes with one rank
+ * each: flat; several nodes and some with more than one rank: flat and hier are both
+ * timed at the registration check (each reduces scratch buckets of the fusion's real
+ * bucket sizes, the first 64 MiB of them: one round to warm up, then the median of five
+ * rounds, alternating; the slowest rank's figure counts) and hier runs only when it was
+ * faster; every rank gets the same choice. MT_FUSION_SHM=0 (environment) makes auto pick
+ * flat. Until that check, a fusion that still has to time its candidates names itself
+ * "auto"; with one rank nothing moves and the name is "none".
+ *
+ * Compression (MT_COMPRESS_FP16, _BF16) applies to the network step only (flat: the whole
+ * reduction; hier: the leaders' allreduce; shm: none): each rank's values are rounded to
+ * 16 bits (nearest even), each rank sums its segment over the ranks in fp32, in rank
+ * order, multiplies by the average's factor and rounds once to 16 bits; every rank gets
+ * every segment (MPI_Alltoall, MPI_Allgather), so the link carries half the bytes and
+ * every rank the same bits. fp16 clamps finite values beyond +-65504 (a rank's gradient,
+ * or under hier a node's sum) to +-65504, keeps inf and NaN, and rounds magnitudes below
+ * 2^-24 to zero (fp16's subnormals start at 2^-24, its normals at 2^-14); bf16 keeps
+ * fp32's exponent range (8 bits of mantissa), clamping only what would round past its
+ * largest finite value. */
 typedef struct mt_fusion mt_fusion;
-/* Collective (a communicator duplicate). */
+typedef enum { MT_COMPRESS_NONE = 0, MT_COMPRESS_FP16, MT_COMPRESS_BF16 } mt_compression;
+typedef enum { MT_FUSION_AUTO = 0, MT_FUSION_FLAT, MT_FUSION_SHM, MT_FUSION_HIER } mt_fusion_algo;
+/* Zero fields take the environment's knob, else the default: bucket_bytes
+ * MT_FUSION_BYTES or 25 MiB; compression MT_FUSION_COMPRESS=none|fp16|bf16 or none; algo
+ * MT_FUSION_ALGO=auto|flat|shm|hier or auto. A bad knob value is MT_EINVAL naming the
+ * variable and the value, on every rank. */
+typedef struct {
+    size_t bucket_bytes;
+    mt_compression compression;
+    mt_fusion_algo algo;
+} mt_fusion_options;
+/* Collective (a communicator duplicate; the node layout; the backend's set-up): every
+ * rank passes the same compression and algorithm (after the environment), or all get
+ * MT_EMISMATCH. o may be NULL (all defaults). MT_FUSION_SHM across nodes is MT_EINVAL;
+ * a forced shm or hier whose shared segment the system refuses is MT_EIO, where auto
+ * falls back to flat. */
+MT_EXTERN int mt_fusion_create_opts(mt_context *c, const mt_fusion_options *o,
+                                    mt_fusion **out);
+/* Collective. mt_fusion_create_opts with only the bucket size given. */
 MT_EXTERN int mt_fusion_create(mt_context *c, size_t bucket_bytes, mt_fusion **out);
+/* Collective (every rank the same count > 0, else MT_EMISMATCH; an allocation failure on
+ * one rank is MT_ENOMEM there and MT_EPEER elsewhere). *out gets count zeroed floats,
+ * aligned to 64 bytes, owned by the fusion and freed by mt_fusion_destroy: in the node's
+ * shared segment when the algorithm shares memory (shm, hier, or auto that may pick
+ * hier), else ordinary memory. It registers nothing: add the tensors that lie in it
+ * (e.g. one block for a model's gradients, each layer's weights and biases a tensor, last
+ * layer first). Buckets whose tensors all lie in such blocks, at the same offsets on
+ * every rank, are reduced straight from every rank's block: each rank sums its share of
+ * the bucket over the node's blocks in rank order and writes the average into every
+ * block (no copy in, no copy out). */
+MT_EXTERN int mt_fusion_alloc(mt_fusion *f, size_t count, float **out);
+/* Local. "shm", "mpi", "hier" (see Algorithms above; "auto" before the registration
+ * check of a fusion that times its candidates, "none" with one rank); NULL for NULL. */
+MT_EXTERN const char *mt_fusion_algo_name(const mt_fusion *f);
+/* Local. The network step's format after the environment: "none", "fp16", "bf16"; NULL
+ * for NULL. */
+MT_EXTERN const char *mt_fusion_compression_name(const mt_fusion *f);
 /* Local, but every rank adds the same tensors in the same order (checked at the first
  * ready or wait), before the first ready/wait. Returns the tensor's index (>= 0). */
 MT_EXTERN int mt_fusion_add(mt_fusion *f, float *tensor, size_t count);
-/* Local (the first call of all is collective: the registration check). */
+/* Local (the first call of all is collective: the registration check, and under auto
+ * the timing of the candidates). */
 MT_EXTERN int mt_fusion_ready(mt_fusion *f, int index);
 /* Collective. Starts what has not started, waits, averages. An error on any rank during
  * the step is returned on every rank; the fusion stays usable: the next step starts
  * afresh (tensors to be marked ready again). */
 MT_EXTERN int mt_fusion_wait(mt_fusion *f);
 /* Local: no rank waits for another, but a step left without mt_fusion_wait on one rank
- * finishes the buckets it handed over first. */
+ * finishes the buckets it handed over first. Frees the blocks of mt_fusion_alloc. */
 MT_EXTERN void mt_fusion_destroy(mt_fusion **f);
 
 /* ---------------------------------------------------------------- metrics and report */

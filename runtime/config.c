@@ -85,7 +85,10 @@ int mt__env_validate(void)
         uint64_t u;
         double d;
         bool b;
-        if (k->kind == MT__KNOB_BOOL)
+        int w;
+        if (k->kind == MT__KNOB_WORD)
+            listed(&n, mt__env_word(k->name, k->words, &w));
+        else if (k->kind == MT__KNOB_BOOL)
             listed(&n, mt__env_bool(k->name, &b));
         else if (k->kind == MT__KNOB_SECONDS)
             listed(&n, mt__env_f64(k->name, (double)k->min, (double)k->max, &d));

@@ -329,6 +329,12 @@ int mt_barrier(mt_context *c)
 
 int mt_fusion_create(mt_context *c, size_t bucket_bytes, mt_fusion **out)
 {
+    mt_fusion_options o = {.bucket_bytes = bucket_bytes};
+    return mt_fusion_create_opts(c, &o, out);
+}
+
+int mt_fusion_create_opts(mt_context *c, const mt_fusion_options *o, mt_fusion **out)
+{
     NEED_CTX("mt_fusion_create");
     /* the context's room for it first, agreed: no rank may skip the collective creation */
     int rc = MT_OK;
@@ -340,7 +346,7 @@ int mt_fusion_create(mt_context *c, size_t bucket_bytes, mt_fusion **out)
     mt__call call;
     mt__call_init(&call, MT__CALL_INTERNAL, 7, 0, 0);
     if (!(rc = mt__agree(c->comm, &call, rc, NULL)))
-        rc = mt__fusion_create(c->comm, bucket_bytes, out);
+        rc = mt__fusion_create_opts(c->comm, o, out);
     if (!rc) {
         mt__live_add_reserved(*out, MT__LIVE_FUSION);
         c->fusions[c->nfusions++] = *out;

@@ -15,8 +15,9 @@
  *
  * Covered: mt_report with metrics, with a checkpoint (the commit), restore on resume
  * (mt_checkpoint_get, replicated and sharded), shards (mt_get_dataset_shard,
- * mt_shard_begin_epoch, mt_shard_next with conversions), fusion (create, add/ready/wait
- * of a step, wait of a later step). MT_CHAOS_VERBOSE=1 prints each injection, 2 also the
+ * mt_shard_begin_epoch, mt_shard_next with conversions), fusion (create and
+ * mt_fusion_alloc, add/ready/wait of a step, wait of a later step; the default, tensors in
+ * a block, hier with fp16, flat with fp16). MT_CHAOS_VERBOSE=1 prints each injection, 2 also the
  * stack of each failing allocation.
  */
 #include "fixtures.h"
@@ -540,10 +541,19 @@ static void test_shards(void)
 enum { NT = 5 };
 static const size_t tsizes[NT] = {3, 0, 40, 1000, 9};
 
+/* A fusion of one kind (options; the tensors in a block of mt_fusion_alloc or not). */
+typedef struct {
+    mt_fusion_options o;
+    bool block;
+    const char *name;
+} fusion_kind;
+
 typedef struct {
     float *t[NT];
+    float *own[NT];       /* the tensors' own memory, when not in a block */
     mt_fusion *f;
     int rank, size;
+    const fusion_kind *kind;
 } fusion_state;
 
 static void fill(fusion_state *s)
@@ -553,6 +563,7 @@ static void fill(fusion_state *s)
             s->t[k][i] = (float)(s->rank + (int)i);
 }
 
+/* Exact with fp16 too: every value and mean (at most 1000.5) is an fp16 float. */
 static int check_mean(const fusion_state *s)
 {
     float mean = (float)(s->size - 1) / 2.0f;
@@ -590,12 +601,30 @@ static int add_all(fusion_state *s)
     return rc;
 }
 
+/* A new fusion of the state's kind in s->f, with its block for the tensors. */
+static int new_fusion(fusion_state *s, mt_context *c)
+{
+    for (int k = 0; k < NT; k++)
+        s->t[k] = s->own[k];
+    int rc = mt_fusion_create_opts(c, &s->kind->o, &s->f);
+    if (rc && s->f)
+        rc = mt__error(MT_EINVAL, "chaos: a failed mt_fusion_create set *out");
+    float *blk = NULL;
+    size_t total = 0;
+    for (int k = 0; k < NT; k++)
+        total += tsizes[k];
+    if (!rc && s->kind->block && !(rc = mt_fusion_alloc(s->f, total, &blk)))
+        for (int k = 0, off = 0; k < NT; off += (int)tsizes[k++])
+            s->t[k] = blk + off;
+    if (rc && blk)
+        rc = mt__error(MT_EINVAL, "chaos: a failed mt_fusion_alloc set *out");
+    return rc;
+}
+
 static int create_op(mt_context *c, void *st)
 {
     fusion_state *s = st;
-    int rc = mt_fusion_create(c, 64, &s->f);
-    if (rc && s->f)
-        rc = mt__error(MT_EINVAL, "chaos: a failed mt_fusion_create set *out");
+    int rc = new_fusion(s, c);
     mt_fusion_destroy(&s->f);
     return rc;
 }
@@ -614,7 +643,7 @@ static int later_step_op(mt_context *c, void *st) { return step(st); }
 static int fresh_fusion(fusion_state *s, mt_context *c)
 {
     mt_fusion_destroy(&s->f);
-    return mt_fusion_create(c, 64, &s->f);
+    return new_fusion(s, c);
 }
 
 static int fresh_op(mt_context *c, void *st) { return fresh_fusion(st, c); }
@@ -633,30 +662,47 @@ static int fusion_again(mt_context *c, void *st)
 
 static int fusion_body(mt_context *c, void *arg)
 {
-    fusion_state s = {.rank = mt_world_rank(c), .size = mt_world_size(c)};
+    fusion_state s = {.rank = mt_world_rank(c), .size = mt_world_size(c), .kind = arg};
     for (int k = 0; k < NT; k++)
-        s.t[k] = calloc(tsizes[k] + 1, sizeof(float));
-    chaos_case create = {"mt_fusion_create", NULL, create_op, create_op, COLLECTIVE, 0};
+        s.own[k] = calloc(tsizes[k] + 1, sizeof(float));
+    char what[3][160];
+    snprintf(what[0], sizeof what[0], "mt_fusion_create (%s)", s.kind->name);
+    snprintf(what[1], sizeof what[1], "mt_fusion_add/ready/wait, first step (%s)", s.kind->name);
+    snprintf(what[2], sizeof what[2], "mt_fusion_ready/wait, later step (%s)", s.kind->name);
+    chaos_case create = {what[0], NULL, create_op, create_op, COLLECTIVE, 0};
     expect_injected(create.what, chaos_loop(c, &create, &s));
     /* adds and the first step (the registration check), on a fresh fusion each turn */
-    chaos_case first = {"mt_fusion_add/ready/wait, first step", fresh_op, first_step_op,
-                        fusion_again, COLLECTIVE, 0};
+    chaos_case first = {what[1], fresh_op, first_step_op, fusion_again, COLLECTIVE, 0};
     expect_injected(first.what, chaos_loop(c, &first, &s));
     /* a later step of a registered fusion that has done two steps */
-    chaos_case later = {"mt_fusion_ready/wait, later step", fusion_again, later_step_op,
-                        fusion_again, COLLECTIVE, 0};
+    chaos_case later = {what[2], fusion_again, later_step_op, fusion_again, COLLECTIVE, 0};
     /* buffers are made at the registration check: a later step allocates nothing */
     MT_ASSERT_INT_EQ(chaos_loop(c, &later, &s), 0);
     mt_fusion_destroy(&s.f);
     for (int k = 0; k < NT; k++)
-        free(s.t[k]);
+        free(s.own[k]);
     return MT_OK;
 }
 
+/* The default fusion with tensors of their own; a block from mt_fusion_alloc (shared
+ * memory at 2 ranks); the hierarchical backend with fp16 on its leaders' step; flat with
+ * fp16 (its 16-bit buffers). */
 static void test_fusion(void)
 {
-    mt_trainer_config cfg = config("chaos-fusion");
-    MT_ASSERT_INT_EQ(fit(&cfg, fusion_body, NULL, NULL), MT_OK);
+    static const fusion_kind kinds[] = {
+        {{.bucket_bytes = 64}, false, "default"},
+        {{.bucket_bytes = 64}, true, "in a block"},
+        {{.bucket_bytes = 64, .algo = MT_FUSION_HIER, .compression = MT_COMPRESS_FP16}, true,
+         "hier, fp16, in a block"},
+        {{.bucket_bytes = 64, .algo = MT_FUSION_FLAT, .compression = MT_COMPRESS_FP16}, false,
+         "flat, fp16"},
+    };
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "chaos-fusion-%zu", i);
+        mt_trainer_config cfg = config(name);
+        MT_ASSERT_INT_EQ(fit(&cfg, fusion_body, (void *)&kinds[i], NULL), MT_OK);
+    }
 }
 
 static const mt_test tests[] = {

@@ -623,8 +623,12 @@ static void test_env_knobs_strict(void)
     setenv("MT_IO_COLLECTIVE", "2", 1);
     setenv("MT_FUSION_SHM", "off", 1);
     setenv("MT_TEST_COMMIT_PAUSE", "1e999", 1);
+    setenv("MT_FUSION_ALGO", "fastest", 1);
+    setenv("MT_FUSION_COMPRESS", "fp8", 1);
     MT_ASSERT_INT_EQ(mt__env_validate(), MT_EINVAL);
     const char *m = mt_last_error();
+    MT_ASSERT_STR_CONTAINS(m, "MT_FUSION_ALGO: 'fastest' is not one of auto, flat, shm, hier");
+    MT_ASSERT_STR_CONTAINS(m, "MT_FUSION_COMPRESS: 'fp8' is not one of none, fp16, bf16");
     MT_ASSERT_STR_CONTAINS(m, "MT_FUSION_BYTES: '-1'");
     MT_ASSERT_STR_CONTAINS(m, "MT_CHECKPOINT_BUFFER: 'lots'");
     MT_ASSERT_STR_CONTAINS(m, "MT_IO_READAHEAD: 'yes' is not 0 or 1");
@@ -640,9 +644,22 @@ static void test_env_knobs_strict(void)
     setenv("MT_CHECKPOINT_BUFFER", "1048576", 1);
     CU_ASSERT(mt__env_knob_u64("MT_CHECKPOINT_BUFFER", 123) == 1048576);
     const char *names[] = {"MT_FUSION_BYTES", "MT_CHECKPOINT_BUFFER", "MT_IO_READAHEAD",
-                           "MT_IO_COLLECTIVE", "MT_FUSION_SHM", "MT_TEST_COMMIT_PAUSE"};
+                           "MT_IO_COLLECTIVE", "MT_FUSION_SHM", "MT_TEST_COMMIT_PAUSE",
+                           "MT_FUSION_COMPRESS"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         unsetenv(names[i]);
+    /* a word knob is the whole word: no prefix, no case folding */
+    const char *words[] = {"au", "autox", "Flat", " hier", "shm "};
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++) {
+        setenv("MT_FUSION_ALGO", words[i], 1);
+        MT_ASSERT_INT_EQ(mt__env_validate(), MT_EINVAL);
+    }
+    setenv("MT_FUSION_ALGO", "hier", 1);
+    MT_ASSERT_INT_EQ(mt__env_validate(), MT_OK);
+    int w = -1;
+    MT_ASSERT_INT_EQ(mt__env_word("MT_FUSION_ALGO", MT__FUSION_ALGO_WORDS, &w), MT_OK);
+    MT_ASSERT_INT_EQ(w, MT_FUSION_HIER);
+    unsetenv("MT_FUSION_ALGO");
     MT_ASSERT_INT_EQ(mt__env_validate(), MT_OK);
 }
 

@@ -71,6 +71,30 @@ if [ $rc -eq 0 ] && [ -z "$diff" ] && [ "$(help_default name)" = fashion-mnist ]
     ok "trainer --help: every default it shows is what a run without options used (name, storage, retention, score, $epochs epochs, lr $lr)"
 else bad "trainer --help against its run (exit $rc, lr '$lr' vs '$lr_used', epochs '$epochs')"; echo "$diff"; fi
 
+# trainer: the fusion flags. The defaults --help shows (auto, none) are what a 2-rank run
+# without them used (auto on one host: shm; each report names the algorithm and the wire
+# format), the flags reach the fusion, and a bad value is refused naming the flag
+"$b/tools/trainer" --help >"$help" 2>"$err"
+fused() { head -n 1 "$HOME/mpitrain_results/$1/result.json" 2>/dev/null | grep -o "\"$2\":\"[a-z0-9]*\"" | sed 's/.*:"\(.*\)"$/\1/'; }
+algo_default=$(sed -n 's/^ *how gradients are averaged; default \([a-z]*\) .*/\1/p' "$help")
+comp_default=$(sed -n 's/^ *fp32; default \([a-z0-9]*\) .*/\1/p' "$help")
+"$run" 2 "$b/tools/trainer" --data "$data" --steps-per-epoch 1 --epochs 1 --name fusion-defaults >"$out" 2>"$err"
+rc1=$?
+"$run" 2 "$b/tools/trainer" --data "$data" --steps-per-epoch 1 --epochs 1 --name fusion-flags \
+    --fusion-algo flat --fusion-compression bf16 >>"$out" 2>>"$err"
+rc2=$?
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$algo_default" = auto ] && [ "$comp_default" = none ] \
+    && [ "$(fused fusion-defaults fusion_algo)" = shm ] && [ "$(fused fusion-defaults fusion_compression)" = none ] \
+    && [ "$(fused fusion-flags fusion_algo)" = mpi ] && [ "$(fused fusion-flags fusion_compression)" = bf16 ]; then
+    ok "trainer --fusion-algo/--fusion-compression: defaults $algo_default/$comp_default ran as shm/none; flat/bf16 ran as mpi/bf16"
+else bad "trainer fusion flags (exits $rc1 $rc2, help '$algo_default' '$comp_default', ran '$(fused fusion-defaults fusion_algo)' '$(fused fusion-flags fusion_algo)' '$(fused fusion-flags fusion_compression)')"; fi
+"$run" 2 "$b/tools/trainer" --data "$data" --fusion-compression fp8 >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "trainer: --fusion-compression: 'fp8' is not one of none, fp16, bf16" "$err" \
+    && [ "$(grep -c "is not one of" "$err")" -eq 1 ]; then
+    ok "trainer --fusion-compression fp8: refused once, naming the flag and the choices (exit 2)"
+else bad "trainer --fusion-compression fp8 (exit $rc)"; fi
+
 # trainable-example
 "$b/tools/trainable-example" --help >"$help" 2>"$err"
 "$run" 2 "$b/tools/trainable-example" >"$out" 2>"$err"

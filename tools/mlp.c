@@ -37,24 +37,37 @@ static float rng_normal(uint64_t *s)
     return (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
 }
 
-int mlp_init(model *m, uint64_t seed)
+size_t mlp_grad_count(void)
 {
-    memset(m, 0, sizeof *m);
-    uint64_t s = seed * 7919 + 1;
-    /* all gradients in one block, in the order they are registered with mt_fusion (last
-     * layer first, weights then biases), so the fusion reduces them in place */
     size_t total = 0;
     for (int l = 0; l < NL; l++)
         total += mlp_wsize(l) + (size_t)mlp_sizes[l + 1];
-    if (!(m->grad = calloc(total, sizeof(float))))
-        return MT_ENOMEM;
-    float *g = m->grad;
+    return total;
+}
+
+void mlp_use_grad(model *m, float *grad)
+{
+    m->grad = grad;
+    float *g = grad;
     for (int l = NL - 1; l >= 0; l--) {
         m->gw[l] = g;
         g += mlp_wsize(l);
         m->gb[l] = g;
         g += mlp_sizes[l + 1];
     }
+}
+
+int mlp_init(model *m, uint64_t seed, float *grad)
+{
+    memset(m, 0, sizeof *m);
+    uint64_t s = seed * 7919 + 1;
+    /* all gradients in one block, in the order they are registered with mt_fusion (last
+     * layer first, weights then biases), so the fusion reduces them in place; a block
+     * from mt_fusion_alloc lies in the node's shared segment, where they are averaged
+     * straight from every rank's block */
+    if (!grad && !(grad = m->own_grad = calloc(mlp_grad_count(), sizeof(float))))
+        return MT_ENOMEM;
+    mlp_use_grad(m, grad);
     for (int l = 0; l < NL; l++) {
         size_t n = mlp_wsize(l), o = (size_t)mlp_sizes[l + 1];
         m->w[l] = malloc(n * sizeof(float));
@@ -92,7 +105,7 @@ void mlp_free(model *m)
         free(m->w[l]), free(m->vw[l]);
         free(m->b[l]), free(m->vb[l]);
     }
-    free(m->grad);
+    free(m->own_grad);
     for (int l = 0; l <= NL; l++)
         free(m->act[l]), free(m->delta[l]);
 }

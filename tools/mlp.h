@@ -22,6 +22,7 @@ typedef struct {
     float *w[NL], *b[NL];       /* weights (out x in), biases */
     float *gw[NL], *gb[NL];     /* gradients: pointers into grad */
     float *grad;                /* one block: gw[2], gb[2], gw[1], gb[1], gw[0], gb[0] */
+    float *own_grad;            /* mlp_init's own block (NULL: given one, e.g. a fusion's) */
     float *vw[NL], *vb[NL];     /* momentum buffers */
     float *act[NL + 1], *delta[NL + 1];
     size_t cap;                 /* rows the activation buffers hold */
@@ -30,7 +31,15 @@ typedef struct {
 } model;
 
 size_t mlp_wsize(int l);
-int mlp_init(model *m, uint64_t seed);
+/* Floats of all the gradients (the size of the block mlp_init takes). */
+size_t mlp_grad_count(void);
+/* grad: mlp_grad_count() zeroed floats that the model uses for its gradients and does not
+ * free (e.g. from mt_fusion_alloc), or NULL: its own. */
+int mlp_init(model *m, uint64_t seed, float *grad);
+/* The gradients from now on in grad (mlp_grad_count() floats, the caller's: the model
+ * keeps freeing only its own block): e.g. one fusion's block per way of averaging them.
+ * Register with a fusion after this call, not before. */
+void mlp_use_grad(model *m, float *grad);
 /* Activation buffers for batches of up to rows rows. */
 int mlp_reserve(model *m, size_t rows);
 void mlp_free(model *m);

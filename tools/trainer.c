@@ -35,6 +35,7 @@ typedef struct {
     int epochs, batch, threads, steps;
     uint64_t seed;
     int fail_rank, fail_epoch; /* fault injection for tests: return an error there */
+    mt_fusion_options fusion;  /* --fusion-compression, --fusion-algo */
 } options;
 
 /* Cosine decay of the learning rate over the epochs. */
@@ -151,8 +152,22 @@ static int train(mt_context *c, void *arg)
         rc = mt_get_dataset_shard(c, "test", &te);
     if (rc)
         return rc;
+    /* the fusion first: the model's gradients live in its memory (the node's shared
+     * segment on one node, where they are averaged without a copy) */
+    mt_fusion *f = NULL;
+    float *grad = NULL;
     model m;
-    rc = mlp_init(&m, o->seed);
+    memset(&m, 0, sizeof m);
+    /* a bucket per layer and per row block of the first layer (mlp.h), so that averaging
+     * overlaps the backward pass; MT_FUSION_BYTES, when set, decides instead */
+    mt_fusion_options fo = o->fusion;
+    if (!getenv("MT_FUSION_BYTES"))
+        fo.bucket_bytes = mlp_bucket_bytes(&m);
+    rc = mt_fusion_create_opts(c, &fo, &f);
+    if (!rc)
+        rc = mt_fusion_alloc(f, mlp_grad_count(), &grad);
+    if (!rc)
+        rc = mlp_init(&m, o->seed, grad);
     int64_t epoch = -1;
     const mt_checkpoint *ck = mt_get_checkpoint(c);
     if (!rc && ck) {
@@ -161,12 +176,7 @@ static int train(mt_context *c, void *arg)
             printf("trainer: resumed from %s (epoch %lld done)\n", mt_checkpoint_path(ck),
                    (long long)epoch + 1);
     }
-    mt_fusion *f = NULL;
     int idx[MLP_TENSORS];
-    /* a bucket per layer and per row block of the first layer (mlp.h), so that averaging
-     * overlaps the backward pass; MT_FUSION_BYTES, when set, decides instead */
-    if (!rc)
-        rc = mt_fusion_create(c, getenv("MT_FUSION_BYTES") ? 0 : mlp_bucket_bytes(&m), &f);
     if (!rc)
         rc = mlp_register(&m, f, idx);
     mt_set_total_iterations(c, o->epochs);
@@ -224,6 +234,8 @@ static int train(mt_context *c, void *arg)
         mt_metrics_set_f64(mm, "time_comm_s", t_comm);
         mt_metrics_set_f64(mm, "time_data_s", t_data);
         mt_metrics_set_i64(mm, "world_size", P);
+        mt_metrics_set_str(mm, "fusion_algo", mt_fusion_algo_name(f));
+        mt_metrics_set_str(mm, "fusion_compression", mt_fusion_compression_name(f));
         int64_t ep = e;
         mt_checkpoint *save_ck = mt_should_checkpoint(c) ? save(&m, &ep) : NULL;
         rc = mt_report(c, mm, save_ck);
@@ -233,8 +245,8 @@ static int train(mt_context *c, void *arg)
         j->best_acc = fmax(j->best_acc, acc);
         j->epochs_run++;
     }
-    mt_fusion_destroy(&f);
     mlp_free(&m);
+    mt_fusion_destroy(&f); /* after the model: it frees the gradients' block */
     return rc;
 }
 
@@ -269,12 +281,40 @@ static void usage(FILE *out)
         "  --seed N                default %llu (initial weights and shuffling)\n"
         "  --threads N             OpenBLAS threads per rank; 0 = the rank's CPUs; default %d\n"
         "  --steps-per-epoch N     train on N batches per epoch only (quick runs); default: all\n"
+        "  --fusion-compression none|fp16|bf16\n"
+        "                          gradients on the network as 16-bit floats, averaged in\n"
+        "                          fp32; default none ($MT_FUSION_COMPRESS if set)\n"
+        "  --fusion-algo auto|flat|shm|hier\n"
+        "                          how gradients are averaged; default auto ($MT_FUSION_ALGO\n"
+        "                          if set): shm on one node, else flat or hier, whichever\n"
+        "                          measured faster (each report's fusion_algo says which ran)\n"
         "  --fail-rank R --fail-epoch E   tests: rank R fails in epoch E of the first attempt\n"
         "  --help                  this text\n"
         "\n"
         "Exit status: 0 done, 1 failed, 75 preempted (rerun to resume), 76 stalled, 2 usage.\n\n",
         d->epochs, d->lr, d->momentum, d->weight_decay, (unsigned long long)d->seed, d->threads);
     mt_config_help(out, &default_config);
+}
+
+static const char *const compressions[] = {"none", "fp16", "bf16", NULL};
+static const char *const algos[] = {"auto", "flat", "shm", "hier", NULL};
+
+/* v as the index of one of words (0), or -2 when it is none of them (rank 0 says so). */
+static int word(const char *name, const char *v, const char *const *words, int *out,
+                int rank)
+{
+    for (int i = 0; words[i]; i++)
+        if (!strcmp(v, words[i])) {
+            *out = i;
+            return 0;
+        }
+    if (rank == 0) {
+        fprintf(stderr, "trainer: %s: '%s' is not one of", name, v);
+        for (int i = 0; words[i]; i++)
+            fprintf(stderr, "%s %s", i ? "," : "", words[i]);
+        fprintf(stderr, "\n");
+    }
+    return -2;
 }
 
 /* Every number through the library's strict parser: the whole text, in range (so
@@ -285,6 +325,7 @@ static int parse(int argc, char **argv, options *o, int rank)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int e = 1; /* 1: not a number option */
         int64_t n = 0;
+        int compression = o->fusion.compression, algo = o->fusion.algo;
 #define INT(name, field, lo, hi)                                              \
         if (e == 1 && !strcmp(a, name))                                       \
             e = v ? (mt_parse_i64(name, v, lo, hi, &n) ? -1 : (o->field = (int)n, 0)) : 2;
@@ -306,11 +347,17 @@ static int parse(int argc, char **argv, options *o, int rank)
 #undef REAL
         if (e == 1 && !strcmp(a, "--data"))
             e = v ? (o->data = v, 0) : 2;
+        if (e == 1 && !strcmp(a, "--fusion-compression"))
+            e = v ? word(a, v, compressions, &compression, rank) : 2;
+        if (e == 1 && !strcmp(a, "--fusion-algo"))
+            e = v ? word(a, v, algos, &algo, rank) : 2;
         if (e == 0) {
+            o->fusion.compression = (mt_compression)compression;
+            o->fusion.algo = (mt_fusion_algo)algo;
             i++;
             continue;
         }
-        if (rank == 0) {
+        if (rank == 0 && e != -2) { /* -2: said already */
             if (e == 2)
                 fprintf(stderr, "trainer: option %s needs a value\n", a);
             else if (e == 1)

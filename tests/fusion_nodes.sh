@@ -1,0 +1,35 @@
+#!/bin/sh
+# The fusion suite (tests/test_mpi_fusion) under node layouts faked on this host with the
+# test-only MT_NODE_KEY (one mpirun app context per fake node): 2+2, 2+2 interleaved
+# (nodes are not rank ranges), 1+2+1 (nodes of one rank beside a node of two) and 1+1
+# (every node alone: auto is flat). There the hierarchical backend runs (a node's ranks
+# share memory, one leader per node on MPI), auto times flat against hier and every rank
+# takes the same choice, shm is refused across nodes, and every average is checked
+# for the same bits on every rank. The suite itself derives what to expect from the keys.
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+skip_in_quick_check
+scratch fusion-nodes
+suite="${top_builddir:-.}/tests/test_mpi_fusion"
+limit=$((240 * ${MT_TEST_TIMEOUT_SCALE:-1}))
+
+# layout NAME KEY...: one rank per key, the ranks of equal keys on one fake node
+layout() {
+    name=$1; shift
+    args=""
+    for k in "$@"; do
+        [ -n "$args" ] && args="$args :"
+        args="$args -np 1 -x MT_NODE_KEY=$k $suite"
+    done
+    # shellcheck disable=SC2086
+    timeout -k 10 $limit mpirun --oversubscribe $args >"$out" 2>"$err"
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "MPI suite mpi_fusion: [0-9]* tests at $# ranks, 0 failed assertions" "$out"; then
+        ok "fusion suite on fake nodes $name ($# ranks)"
+    else bad "fusion suite on fake nodes $name (exit $rc)"; grep "FAIL" "$out" "$err" | head -20; fi
+}
+layout "2+2" a a b b
+layout "2+2 interleaved" a b a b
+layout "1+2+1" a b b c
+layout "1+1" a b
+finish
