@@ -111,3 +111,9 @@ cluster_watch() {
 column() {
     grep -o "\"$1\": *[0-9][0-9]*" "$2" 2>/dev/null | sed 's/.*: *//' | tr '\n' ' '
 }
+# four_then_two SIZES: SIZES (column world_size) is one or more reports at world size 4
+# and then one or more at 2: how many came before the node went depends on when the job
+# reached the checkpoint the test waited for and how loaded the machine is, not on mpitrain
+four_then_two() {
+    echo "$1" | grep -Eq '^(4 )+(2 )+$'
+}

@@ -54,7 +54,7 @@ if grep -q "attempt 1 on ${cname}1 (2 slots), ${cname}2 (2 slots)" "$err" \
 else bad "the node's loss and the hosts of each attempt"; fi
 if [ $rc -eq 0 ] && [ "$its" = "1 2 3 4 5 " ] && [ "${attempts:-0}" -eq 2 ] && [ "${failures:-0}" -eq 1 ] \
     && grep -q '"status": "finished"' "$d/run.json" && grep -q "resumed from .*$latest\|resumed from .*checkpoint_00000[2-9]" "$out" \
-    && case "$sizes" in "4 4 "*"2 2 2 ") true ;; *) false ;; esac; then
+    && four_then_two "$sizes"; then
     ok "resumed at world size 2 from the latest checkpoint: iterations $its(world sizes $sizes), 2 attempts, 1 failure"
 else bad "restart on the nodes left (exit $rc, iterations '$its', world sizes '$sizes', attempts '$attempts', failures '$failures')"; fi
 missing=""

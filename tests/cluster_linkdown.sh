@@ -29,7 +29,7 @@ else bad "no message names the missing ranks (2, 3) with their host ${cname}2"; 
 its=$(column training_iteration "$d/result.json")
 sizes=$(column world_size "$d/result.json")
 if [ $rc -eq 0 ] && [ "$its" = "1 2 3 4 5 " ] && grep -q "attempt 2 on ${cname}1 (2 slots)$" "$err" \
-    && case "$sizes" in "4 4 "*"2 2 2 ") true ;; *) false ;; esac; then
+    && four_then_two "$sizes"; then
     ok "restarted on ${cname}1 and resumed at world size 2: iterations $its"
 else bad "restart on the node left (exit $rc, iterations '$its', world sizes '$sizes')"; fi
 missing=""
