@@ -52,6 +52,15 @@ static int check_args(const char *fn, const void *buf, size_t count, mt_dtype t)
     return MT_OK;
 }
 
+/* Collective: the agreement on a call of this kind with these arguments (rc: this rank's
+ * verdict on them). */
+static int agreed(mt__comm *c, int kind, size_t count, mt_dtype t, int64_t arg, int rc)
+{
+    mt__call call;
+    mt__call_init(&call, kind, count, t, arg);
+    return mt__agree(c, &call, rc, NULL);
+}
+
 static void divide(void *buf, size_t n, mt_dtype t, int size)
 {
     switch (t) {
@@ -69,9 +78,7 @@ int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op)
     int rc = check_args("mt_allreduce", buf, count, t);
     if (!rc && mpi_op(op) == MPI_OP_NULL)
         rc = mt__error(MT_EINVAL, "mt_allreduce: unknown op %d", (int)op);
-    mt__call call;
-    mt__call_init(&call, MT__CALL_ALLREDUCE, count, t, op);
-    rc = mt__agree(c, &call, rc, NULL);
+    rc = agreed(c, MT__CALL_ALLREDUCE, count, t, op, rc);
     if (rc)
         return rc;
     size_t es = mt_dtype_size(t);
@@ -93,9 +100,7 @@ int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root)
     if (!rc && (root < 0 || root >= c->size))
         rc = mt__error(MT_EINVAL, "mt_broadcast: root %d is not a rank of this %d-rank job",
                        root, c->size);
-    mt__call call;
-    mt__call_init(&call, MT__CALL_BROADCAST, count, t, root);
-    rc = mt__agree(c, &call, rc, NULL);
+    rc = agreed(c, MT__CALL_BROADCAST, count, t, root, rc);
     if (rc)
         return rc;
     size_t es = mt_dtype_size(t);
@@ -134,9 +139,7 @@ int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dt
     int rc = check_args("mt_allgather", send, count, t);
     if (!rc && count > 0 && !recv)
         rc = mt__error(MT_EINVAL, "mt_allgather: NULL receive buffer with count %zu", count);
-    mt__call call;
-    mt__call_init(&call, MT__CALL_ALLGATHER, count, t, 0);
-    rc = mt__agree(c, &call, rc, NULL);
+    rc = agreed(c, MT__CALL_ALLGATHER, count, t, 0, rc);
     if (rc || count == 0)
         return rc;
     mt__watch_data();

@@ -46,24 +46,14 @@ if [ "$ncpu" -ge 2 ]; then
 fi
 
 # MPMD: one app context per fake node, each with its own MT_NODE_KEY
-layout() {
-    name=$1; shift
-    args=""
-    for k in "$@"; do
-        [ -n "$args" ] && args="$args :"
-        args="$args -np 1 env MT_NODE_KEY=$k $info"
-    done
-    # shellcheck disable=SC2086
-    timeout -k 10 $((120 * ${MT_TEST_TIMEOUT_SCALE:-1})) mpirun --oversubscribe $args \
-        >"$out" 2>"$err"
-}
-layout "3+1" a a a b
+limit=$((120 * ${MT_TEST_TIMEOUT_SCALE:-1}))
+fake_nodes $limit "$info" a a a b
 expect "nodes 3+1" "rank 0/4: local 0/3 node 0 cpus $ncpu" "rank 2/4: local 2/3 node 0 cpus $ncpu" \
     "rank 3/4: local 0/1 node 1 cpus $ncpu"
-layout "2+2 interleaved" a b a b
+fake_nodes $limit "$info" a b a b
 expect "nodes 2+2 interleaved" "rank 0/4: local 0/2 node 0 cpus $ncpu" "rank 1/4: local 0/2 node 1 cpus $ncpu" \
     "rank 2/4: local 1/2 node 0 cpus $ncpu" "rank 3/4: local 1/2 node 1 cpus $ncpu"
-layout "1+1+2" x y z z
+fake_nodes $limit "$info" x y z z
 expect "nodes 1+1+2" "rank 0/4: local 0/1 node 0 cpus $ncpu" "rank 1/4: local 0/1 node 1 cpus $ncpu" \
     "rank 2/4: local 0/2 node 2 cpus $ncpu" "rank 3/4: local 1/2 node 2 cpus $ncpu"
 

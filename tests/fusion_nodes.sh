@@ -16,14 +16,7 @@ limit=$((240 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 # layout NAME KEY...: one rank per key, the ranks of equal keys on one fake node
 layout() {
     name=$1; shift
-    args=""
-    for k in "$@"; do
-        [ -n "$args" ] && args="$args :"
-        args="$args -np 1 -x MT_NODE_KEY=$k $suite"
-    done
-    # shellcheck disable=SC2086
-    timeout -k 10 $limit mpirun --oversubscribe $args >"$out" 2>"$err"
-    rc=$?
+    fake_nodes $limit "$suite" "$@"
     if [ $rc -eq 0 ] && grep -q "MPI suite mpi_fusion: [0-9]* tests at $# ranks, 0 failed assertions" "$out"; then
         ok "fusion suite on fake nodes $name ($# ranks)"
     else bad "fusion suite on fake nodes $name (exit $rc)"; grep "FAIL" "$out" "$err" | head -20; fi

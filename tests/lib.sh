@@ -33,6 +33,20 @@ exits() {
 }
 finish() { echo "$((checks - fails)) passed, $fails failed"; [ "$fails" -eq 0 ]; exit $?; }
 # make distcheck: the end-to-end runs of both builds already cover these scripts
+# fake_nodes LIMIT PROGRAM KEY...: PROGRAM at one rank per KEY under mpirun, the ranks of
+# equal keys on one fake node (one app context each, with the test-only MT_NODE_KEY), its
+# output in $out and $err, a hang ended after LIMIT s; sets $rc
+fake_nodes() {
+    limit=$1 prog=$2; shift 2
+    args=""
+    for k in "$@"; do
+        [ -n "$args" ] && args="$args :"
+        args="$args -np 1 -x MT_NODE_KEY=$k $prog"
+    done
+    # shellcheck disable=SC2086
+    timeout -k 10 "$limit" mpirun --oversubscribe $args >"$out" 2>"$err"
+    rc=$?
+}
 skip_in_quick_check() {
     if [ -n "${MT_QUICK_CHECK:-}" ]; then echo "skipped (MT_QUICK_CHECK is set)"; exit 77; fi
 }
