@@ -55,9 +55,11 @@ struct mt_fusion {
     mt_compression compression;
     mt_fusion_algo algo;  /* asked for (after the environment) */
     tensor *t;
-    int nt, tcap;
+    int nt;
+    size_t tcap;
     bucket *b;
-    int nb, bcap;
+    int nb;
+    size_t bcap;
     mt__fblock **blocks;  /* from mt_fusion_alloc, in allocation order */
     size_t nblocks, blocks_cap;
     bool checked;
@@ -526,14 +528,8 @@ void mt_fusion_destroy(mt_fusion **fp)
 
 static int new_bucket(mt_fusion *f, int first)
 {
-    if (f->nb == f->bcap) {
-        int cap = f->bcap ? 2 * f->bcap : 8;
-        bucket *b = realloc(f->b, (size_t)cap * sizeof *b);
-        if (!b)
-            return mt__error(MT_ENOMEM, "out of memory adding a fusion bucket");
-        f->b = b;
-        f->bcap = cap;
-    }
+    if (MT__GROW(f->b, f->bcap, (size_t)f->nb + 1))
+        return mt__error(MT_ENOMEM, "out of memory adding a fusion bucket");
     f->b[f->nb] = (bucket){.first = first};
     return f->nb++;
 }
@@ -562,14 +558,8 @@ int mt_fusion_add(mt_fusion *f, float *tensor_ptr, size_t count)
         return mt__error(MT_EINVAL, "mt_fusion_add: NULL tensor with count %zu", count);
     if (f->nt == INT_MAX)
         return mt__error(MT_EINVAL, "mt_fusion_add: too many tensors");
-    if (f->nt == f->tcap) {
-        int cap = f->tcap ? 2 * f->tcap : 64;
-        tensor *t = realloc(f->t, (size_t)cap * sizeof *t);
-        if (!t)
-            return add_failed(f, mt__error(MT_ENOMEM, "out of memory adding a fusion tensor"));
-        f->t = t;
-        f->tcap = cap;
-    }
+    if (MT__GROW(f->t, f->tcap, (size_t)f->nt + 1))
+        return add_failed(f, mt__error(MT_ENOMEM, "out of memory adding a fusion tensor"));
     int idx = f->nt;
     bucket *last = f->nb ? &f->b[f->nb - 1] : NULL;
     bool fits = last && (last->elems + count <= f->bucket_elems || count == 0) &&
