@@ -622,6 +622,7 @@ static void test_env_knobs_strict(void)
     setenv("MT_IO_READAHEAD", "yes", 1);
     setenv("MT_IO_COLLECTIVE", "2", 1);
     setenv("MT_FUSION_SHM", "off", 1);
+    setenv("MT_FUSION_SLEEP", "sometimes", 1);
     setenv("MT_TEST_COMMIT_PAUSE", "1e999", 1);
     setenv("MT_FUSION_ALGO", "fastest", 1);
     setenv("MT_FUSION_COMPRESS", "fp8", 1);
@@ -634,6 +635,7 @@ static void test_env_knobs_strict(void)
     MT_ASSERT_STR_CONTAINS(m, "MT_IO_READAHEAD: 'yes' is not 0 or 1");
     MT_ASSERT_STR_CONTAINS(m, "MT_IO_COLLECTIVE: '2'");
     MT_ASSERT_STR_CONTAINS(m, "MT_FUSION_SHM: 'off'");
+    MT_ASSERT_STR_CONTAINS(m, "MT_FUSION_SLEEP: 'sometimes' is not 0 or 1");
     MT_ASSERT_STR_CONTAINS(m, "MT_TEST_COMMIT_PAUSE: '1e999'");
     /* where used, a bad value gives the default */
     CU_ASSERT(mt__env_knob_u64("MT_CHECKPOINT_BUFFER", 123) == 123);
@@ -644,8 +646,8 @@ static void test_env_knobs_strict(void)
     setenv("MT_CHECKPOINT_BUFFER", "1048576", 1);
     CU_ASSERT(mt__env_knob_u64("MT_CHECKPOINT_BUFFER", 123) == 1048576);
     const char *names[] = {"MT_FUSION_BYTES", "MT_CHECKPOINT_BUFFER", "MT_IO_READAHEAD",
-                           "MT_IO_COLLECTIVE", "MT_FUSION_SHM", "MT_TEST_COMMIT_PAUSE",
-                           "MT_FUSION_COMPRESS"};
+                           "MT_IO_COLLECTIVE", "MT_FUSION_SHM", "MT_FUSION_SLEEP",
+                           "MT_TEST_COMMIT_PAUSE", "MT_FUSION_COMPRESS"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         unsetenv(names[i]);
     /* a word knob is the whole word: no prefix, no case folding */
