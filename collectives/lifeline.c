@@ -57,6 +57,8 @@ static struct {
     char name[64];       /* written before the thread starts */
     atomic_int named;    /* name not removed yet */
     char host[64];
+    struct sigaction old_pipe; /* SIGPIPE's disposition before take() */
+    bool pipe_ignored;
     _Atomic double timeout_s;
     double began;
     _Atomic double finalizing; /* when this rank entered mt_finalize (0: not yet) */
@@ -253,6 +255,15 @@ static int take(int i, int rank)
     if (gethostname(life.host, sizeof life.host - 1) != 0)
         snprintf(life.host, sizeof life.host, "?");
     life.began = mt__now();
+    /* Open MPI writes to a dead rank's TCP socket with SIGPIPE's default action still in
+     * place, which ends this rank (status 141) before the thread can name the death and
+     * end the job with MT_EXIT_LOST (tests/spawn.sh saw it once): ignored while the board
+     * watches, unless the program set its own disposition */
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigemptyset(&ign.sa_mask);
+    if (sigaction(SIGPIPE, NULL, &life.old_pipe) == 0 && life.old_pipe.sa_handler == SIG_DFL &&
+        !(life.old_pipe.sa_flags & SA_SIGINFO))
+        life.pipe_ignored = sigaction(SIGPIPE, &ign, NULL) == 0;
     if (pthread_create(&life.thread, NULL, watch, NULL) != 0)
         return mt__error(MT_ENOMEM, "spawn mode: cannot start the thread that watches the "
                                     "job's ranks");
@@ -262,6 +273,9 @@ static int take(int i, int rank)
 
 static void release(void)
 {
+    if (life.pipe_ignored)
+        sigaction(SIGPIPE, &life.old_pipe, NULL);
+    life.pipe_ignored = false;
     forget_name();
     if (life.board)
         munmap(life.board, life.bytes);
