@@ -12,7 +12,7 @@
  * every rank and the agreement itself can never be matched against a data collective.
  */
 #include "collectives.h"
-#include "watchdog.h"
+#include "position.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -34,7 +34,7 @@
  * registration order are reduced in place by MPI. With one rank nothing moves at all.
  */
 #include "fusion_backend.h"
-#include "watchdog.h"
+#include "position.h"
 
 #include <limits.h>
 #include <pthread.h>

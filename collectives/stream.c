@@ -13,7 +13,7 @@
  * receiving, so senders never block forever.
  */
 #include "collectives.h"
-#include "watchdog.h"
+#include "position.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
  * in chunks of at most INT_MAX elements (MPI counts are int).
  */
 #include "collectives.h"
-#include "watchdog.h"
+#include "position.h"
 
 #include <limits.h>
 #include <stdlib.h>

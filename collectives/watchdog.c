@@ -1,9 +1,9 @@
 /*
- * watchdog.c -- where this rank is, and the stall watchdog thread.
+ * watchdog.c -- the stall watchdog thread.
  *
- * The rank's own thread writes its position (waiting in which agreement or in the data
- * movement after it, since when, what it last called) under a mutex held only for the
- * copy. The watchdog thread of every rank publishes a snapshot ("beat") a few times a
+ * The rank's own thread writes its position (position.c: waiting in which agreement or in
+ * the data movement after it, since when, what it last called). The watchdog thread of
+ * every rank publishes a snapshot of it ("beat") a few times a
  * second: to the ranks of its own host through a small shared-memory slot of its own that
  * they map (no MPI call at all, so nothing of the watchdog competes with the fusion
  * thread's and the caller's MPI calls within a host), and to the ranks of
@@ -39,10 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { W_NONE = 0, W_AGREE = 1, W_DATA = 2 };
-
 typedef struct {
-    int32_t waiting;     /* W_NONE, W_AGREE or W_DATA */
+    int32_t waiting;     /* MT__W_NONE, MT__W_AGREE or MT__W_DATA */
     int32_t bye;         /* last message of this rank's watchdog */
     uint64_t seq;        /* agreement number (waiting in it, or the last one passed) */
     double waited_s;     /* seconds in the current wait */
@@ -84,51 +82,16 @@ typedef struct {
     beat out;            /* the buffer of req */
 } peer;
 
-static struct {
-    pthread_mutex_t lock;
-    int waiting;
-    uint64_t seq;
-    double entered, left;
-    mt__call call;
-} here = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-void mt__watch_enter(const mt__call *call, uint64_t seq)
-{
-    pthread_mutex_lock(&here.lock);
-    here.call = *call;
-    here.seq = seq;
-    here.entered = mt__now();
-    here.waiting = W_AGREE;
-    pthread_mutex_unlock(&here.lock);
-}
-
-void mt__watch_data(void)
-{
-    pthread_mutex_lock(&here.lock);
-    here.entered = mt__now();
-    here.waiting = W_DATA;
-    pthread_mutex_unlock(&here.lock);
-}
-
-void mt__watch_leave(void)
-{
-    pthread_mutex_lock(&here.lock);
-    here.waiting = W_NONE;
-    here.left = mt__now();
-    pthread_mutex_unlock(&here.lock);
-}
-
 static void snapshot(beat *b)
 {
-    double now = mt__now();
     memset(b, 0, sizeof *b);
-    pthread_mutex_lock(&here.lock);
-    b->waiting = here.waiting;
-    b->seq = here.seq;
-    b->waited_s = here.waiting ? now - here.entered : 0;
-    b->since_last_s = here.left > 0 ? now - here.left : 0;
-    mt__call call = here.call;
-    pthread_mutex_unlock(&here.lock);
+    mt__position p;
+    mt__position_get(&p);
+    b->waiting = p.waiting;
+    b->seq = p.seq;
+    b->waited_s = p.waited_s;
+    b->since_last_s = p.since_last_s;
+    mt__call call = p.call;
     if (call.kind == MT__CALL_NONE)
         snprintf(b->desc, sizeof b->desc, "(no collective yet)");
     else
@@ -326,7 +289,7 @@ enum { TAG_BEAT = 1 };
 
 static uint64_t wait_key(const beat *b)
 {
-    return 2 * b->seq + (b->waiting == W_DATA);
+    return 2 * b->seq + (b->waiting == MT__W_DATA);
 }
 
 static bool fresh(const mt__watchdog *w, int r, double now)
@@ -336,7 +299,7 @@ static bool fresh(const mt__watchdog *w, int r, double now)
 
 static const char *wait_kind(const beat *b)
 {
-    return b->waiting == W_DATA ? "the data movement of " : "";
+    return b->waiting == MT__W_DATA ? "the data movement of " : "";
 }
 
 /* Rank r, still heard from, waits in the same call as b (in its agreement, or already in

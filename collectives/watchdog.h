@@ -1,10 +1,8 @@
 /*
  * watchdog.h -- stall and lost-rank detection (rule 2 of DESIGN.md).
  *
- * mt__watch_enter/leave bracket the wait inside every agreement, and mt__watch_data/leave
- * the data movement that follows one (a rank stopped after the agreement leaves its peers
- * waiting there); they only store to this rank's state, under a mutex held for the copy.
- * While a watchdog runs (during fit), a helper thread on every rank publishes that state
+ * Every agreement and the data movement after it record where this rank waits
+ * (position.h). While a watchdog runs (during fit), a helper thread on every rank publishes that state
  * to every other rank a few times a second (shared memory within a host, MPI to other
  * hosts), never blocking on a peer. Every decision is local, so a stopped, hung or
  * unreachable rank (rank 0 included) cannot keep the others from acting:
@@ -19,12 +17,7 @@
 #ifndef MT_WATCHDOG_H
 #define MT_WATCHDOG_H
 
-#include "collectives.h"
-
-void mt__watch_enter(const mt__call *call, uint64_t seq);
-/* This rank waits for its peers in the data movement of the call last agreed. */
-void mt__watch_data(void);
-void mt__watch_leave(void);
+#include "position.h"
 
 typedef struct mt__watchdog mt__watchdog;
 /* Collective over c; every rank gets the same answer (a failure on one rank is MT_EPEER on

@@ -1,0 +1,58 @@
+/*
+ * position.c -- where this rank is: waiting in which agreement or in the data movement
+ * after it, since when, what it last called. The rank's own threads write it (agree.c
+ * around the wait of every agreement; typed.c, stream.c and fusion.c around the data
+ * movement after one) under a mutex held only for the copy; the watchdog thread
+ * (watchdog.c) reads it to publish. It depends on nothing but the call's description
+ * (call.c), so the agreement and the watchdog that calls the agreement do not depend on
+ * each other.
+ */
+#include "position.h"
+
+#include <pthread.h>
+
+static struct {
+    pthread_mutex_t lock;
+    int waiting;
+    uint64_t seq;
+    double entered, left;
+    mt__call call;
+} here = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void mt__watch_enter(const mt__call *call, uint64_t seq)
+{
+    pthread_mutex_lock(&here.lock);
+    here.call = *call;
+    here.seq = seq;
+    here.entered = mt__now();
+    here.waiting = MT__W_AGREE;
+    pthread_mutex_unlock(&here.lock);
+}
+
+void mt__watch_data(void)
+{
+    pthread_mutex_lock(&here.lock);
+    here.entered = mt__now();
+    here.waiting = MT__W_DATA;
+    pthread_mutex_unlock(&here.lock);
+}
+
+void mt__watch_leave(void)
+{
+    pthread_mutex_lock(&here.lock);
+    here.waiting = MT__W_NONE;
+    here.left = mt__now();
+    pthread_mutex_unlock(&here.lock);
+}
+
+void mt__position_get(mt__position *p)
+{
+    double now = mt__now();
+    pthread_mutex_lock(&here.lock);
+    p->waiting = here.waiting;
+    p->seq = here.seq;
+    p->waited_s = here.waiting ? now - here.entered : 0;
+    p->since_last_s = here.left > 0 ? now - here.left : 0;
+    p->call = here.call;
+    pthread_mutex_unlock(&here.lock);
+}
