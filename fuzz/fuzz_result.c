@@ -12,6 +12,7 @@
  * message; no crash, no leak.
  */
 #include "driver.h"
+#include "../io/h5.h"
 
 #include <zlib.h>
 

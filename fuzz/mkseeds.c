@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "../runtime/runtime.h"
+#include "../io/h5.h"
 
 static char top[4096];
 

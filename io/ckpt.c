@@ -53,7 +53,7 @@
  * checksum guards against damage (disk, copy, truncation), not a forger: whoever can
  * write the run directory can write a valid checkpoint anyway.
  */
-#include "io.h"
+#include "h5.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
  * rank 0 reads the metadata once and every rank sees the same answer: a problem with the
  * file is the same error on every rank, and the caller's agreement keeps them together.
  */
-#include "io.h"
+#include "h5.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* io.h keeps HDF5's handles as int64_t, its sizes as uint64_t */
+_Static_assert(sizeof(hid_t) == sizeof(int64_t) && (hid_t)-1 < 0, "hid_t is HDF5 1.10's");
+_Static_assert(sizeof(hsize_t) == sizeof(uint64_t), "hsize_t is 64 bits");
 
 static pthread_mutex_t h5_lock = PTHREAD_MUTEX_INITIALIZER;
 #define LOCK() pthread_mutex_lock(&h5_lock)
@@ -123,7 +127,10 @@ static int open_column(mt__h5group *g, hid_t grp, const char *name, mt__column *
         rc = mt__error(MT_EFORMAT, "%s: has %d dimensions (need 1 to 8, rows first)", where, nd);
     else {
         c->ndim = nd;
-        H5Sget_simple_extent_dims(sp, c->dims, NULL);
+        hsize_t dims[8];
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+        for (int d = 0; d < nd; d++)
+            c->dims[d] = dims[d];
         /* a row's bytes, and the rows, must be sizes this process can hold and count */
         uint64_t row = mt_dtype_size(c->dtype);
         for (int d = 1; d < nd && !rc; d++) {

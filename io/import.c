@@ -6,7 +6,7 @@
  * Malformed input is an error naming the file and the byte offset (IDX) or line number
  * (CSV); nothing is written unless the whole input is good.
  */
-#include "io.h"
+#include "h5.h"
 
 #include <errno.h>
 #include <float.h>

@@ -12,29 +12,26 @@
 
 #include "../common/common.h"
 
-#include <hdf5.h>
-
+/* HDF5's own types stay in io/ (io/h5.h): a handle here is an HDF5 hid_t kept as the
+ * int64_t it is (HDF5 >= 1.10; h5group.c checks), opaque to the runtime. */
 typedef struct {
     char *name;
-    hid_t dset;
+    int64_t dset;         /* the dataset's handle (io/'s) */
     mt_dtype dtype;       /* the stored type, as the mt_dtype that holds it (an int16
                              column is MT_I32): a shard's default in memory */
     int ndim;
-    hsize_t dims[8];
+    uint64_t dims[8];
     size_t row_elems;     /* elements per row: product of dims[1..] */
 } mt__column;
 
 typedef struct {
     char *file, *group;
-    hid_t fid;
+    int64_t fid;          /* the file's handle (io/'s) */
     int ncols;
     mt__column *cols;
     int64_t rows;
     bool collective;      /* MPI-IO transfer mode */
 } mt__h5group;
-
-/* The HDF5 memory type of a dtype. */
-hid_t mt__h5_native(mt_dtype t);
 
 /* Local: the file exists, is readable and is an HDF5 file. */
 int mt__h5_precheck(const char *file);
@@ -86,31 +83,12 @@ typedef struct {
     size_t keys_cap, values_cap, types_cap; /* of the three meta_ arrays */
     bool oom;           /* reading it ran out of memory (not a corrupt file) */
 } mt__ckpt_index;
-int mt__ckpt_create(const char *path, hid_t *out);
-/* Read-only; a file whose checksum header is missing or does not match is MT_EFORMAT
- * naming it and what, before HDF5 parses any of it. */
-int mt__ckpt_open(const char *path, hid_t *out);
-/* Closing a file opened for writing writes its checksum header (see ckpt.c). */
-int mt__ckpt_close(hid_t f, const char *path, bool sync);
+/* The hid_t calls that the writer and reader objects below are made of are io/'s own
+ * (io/h5.h; the tests that damage a checkpoint on purpose use them too). */
 /* A new checksum header for a checkpoint edited through HDF5 on purpose (tests that
  * damage what the header would otherwise refuse first). */
 int mt__ckpt_reseal(const char *path);
-int mt__ckpt_add_array(hid_t f, const char *name, mt_dtype t, int ndim, const uint64_t *dims,
-                       hid_t *out);
-int mt__ckpt_rows(hid_t ds, mt_dtype t, uint64_t row, uint64_t nrows, void *data, bool write);
-int mt__ckpt_finish_array(hid_t ds, int layout, uint32_t crc, const int64_t *offsets,
-                          int noffsets);
-int mt__ckpt_set_meta(hid_t f, const char *key, const char *value);
-/* A metadata value of type MT__META_* (value: its text), as a string, int64 or double
- * attribute. */
-int mt__ckpt_set_meta_typed(hid_t f, const char *key, int type, const char *value);
-/* The arrays and metadata, every check compared (MT_EFORMAT naming what does not match). */
-int mt__ckpt_read_index(hid_t f, const char *path, mt__ckpt_index *ix);
-/* After the last array and metadata are written: the file-level checks (see ckpt.c). */
-int mt__ckpt_seal(hid_t f, const char *path);
 void mt__ckpt_index_free(mt__ckpt_index *ix);
-int mt__ckpt_open_array(hid_t f, const char *name, hid_t *out);
-void mt__ckpt_close_array(hid_t ds);
 
 /* The checkpoint file as the runtime sees it: objects that carry no HDF5 handle.
  *

@@ -1,7 +1,9 @@
 /*
  * progress.c -- progress.csv: result.json's rows as CSV (RFC 4180), one column per key
  * ever reported; when a new key appears the file is rewritten from result.json under the
- * wider header (temporary file, rename), otherwise each row is appended whole.
+ * wider header (temporary file, rename), otherwise each row is appended whole. Numbers
+ * are written by mt__fmt_double (common/fmt.c), as in result.json (rows.c says what it
+ * measured against jansson), so both files hold the same text for the same value.
  */
 #include "runtime.h"
 

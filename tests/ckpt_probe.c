@@ -27,7 +27,7 @@
  */
 #include "harness.h"
 
-#include "../io/io.h"
+#include "../io/h5.h"
 #include <mpitrain.h>
 
 #include <hdf5.h>

@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include "../runtime/runtime.h"
+#include "../io/h5.h"
 
 #include <float.h>
 #include <math.h>

@@ -11,6 +11,7 @@
 #include "harness.h"
 
 #include "../runtime/runtime.h"
+#include "../io/h5.h"
 
 #include <hdf5.h>
 #include <stdio.h>

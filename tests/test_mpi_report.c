@@ -7,6 +7,7 @@
 #include "harness.h"
 
 #include "../runtime/runtime.h"
+#include "../io/h5.h"
 
 #include <jansson.h>
 #include <math.h>

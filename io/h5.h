@@ -1,0 +1,39 @@
+/*
+ * h5.h -- io/'s HDF5-typed calls: the memory type of a dtype and checkpoint.h5 handled
+ * through hid_t handles, the pieces io/'s writer and reader objects (io.h) are made of.
+ * For io/ itself and for the tests and fuzz seeds that build or damage files through
+ * HDF5 on purpose; the runtime includes io.h only.
+ */
+#ifndef MT_IO_H5_H
+#define MT_IO_H5_H
+
+#include "io.h"
+
+#include <hdf5.h>
+
+/* The HDF5 memory type of a dtype. */
+hid_t mt__h5_native(mt_dtype t);
+
+int mt__ckpt_create(const char *path, hid_t *out);
+/* Read-only; a file whose checksum header is missing or does not match is MT_EFORMAT
+ * naming it and what, before HDF5 parses any of it. */
+int mt__ckpt_open(const char *path, hid_t *out);
+/* Closing a file opened for writing writes its checksum header (see ckpt.c). */
+int mt__ckpt_close(hid_t f, const char *path, bool sync);
+int mt__ckpt_add_array(hid_t f, const char *name, mt_dtype t, int ndim, const uint64_t *dims,
+                       hid_t *out);
+int mt__ckpt_rows(hid_t ds, mt_dtype t, uint64_t row, uint64_t nrows, void *data, bool write);
+int mt__ckpt_finish_array(hid_t ds, int layout, uint32_t crc, const int64_t *offsets,
+                          int noffsets);
+int mt__ckpt_set_meta(hid_t f, const char *key, const char *value);
+/* A metadata value of type MT__META_* (value: its text), as a string, int64 or double
+ * attribute. */
+int mt__ckpt_set_meta_typed(hid_t f, const char *key, int type, const char *value);
+/* The arrays and metadata, every check compared (MT_EFORMAT naming what does not match). */
+int mt__ckpt_read_index(hid_t f, const char *path, mt__ckpt_index *ix);
+/* After the last array and metadata are written: the file-level checks (see ckpt.c). */
+int mt__ckpt_seal(hid_t f, const char *path);
+int mt__ckpt_open_array(hid_t f, const char *name, hid_t *out);
+void mt__ckpt_close_array(hid_t ds);
+
+#endif
