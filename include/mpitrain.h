@@ -180,8 +180,8 @@ MT_EXTERN int mt_config_validate(const mt_trainer_config *cfg);
  * already in cfg > defaults. Options (both "--opt VALUE" and "--opt=VALUE"):
  *   --name, --storage-path, --num-workers, --cpus-per-worker, --max-failures,
  *   --num-to-keep, --checkpoint-score-attribute, --checkpoint-score-order max|min,
- *   --checkpoint-frequency, --checkpoint-at-end, --stall-warn, --stall-timeout,
- *   --resume-from-checkpoint, --verbose, --trace.
+ *   --checkpoint-frequency, --checkpoint-at-end, --overwrite, --resume-from-checkpoint,
+ *   --stall-warn, --stall-timeout, --verbose, --trace.
  * Everything else stays in argv, in order, for the program: its own options, --help, and
  * a "--" with what follows it (which the library does not read). A program then takes its
  * own options (mt_args_take or its own loop), answers --help (mt_args_help,
