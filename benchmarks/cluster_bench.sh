@@ -17,6 +17,8 @@
 #   --json FILE            JSON lines: each train line tagged with "profile", "layout" and
 #                          "run", a "link" line per profile, a "ddp" line per layout
 #   --timeout S            per mpirun (default 600)
+#   --env VAR=VALUE        passed to every mpitrain run (mpirun -x), e.g. MT_FUSION_SLEEP=0;
+#                          repeatable
 #
 # The cluster's settings, so that its figures mean something on a machine whose cores the
 # nodes share: each node owns one CPU (tests/cluster.sh cpus all spread: node 1 CPU 0,
@@ -37,6 +39,7 @@ cnet=10.77.240
 build=$top/build-plain
 json=""
 limit=600
+envs=""
 die() { echo "cluster_bench.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -49,6 +52,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --json) json=$2; shift 2 ;;
     --timeout) limit=$2; shift 2 ;;
+    --env) case "$2" in MT_[A-Z_]*=*) envs="$envs -x $2" ;; *) die "--env '$2': MT_NAME=VALUE" ;; esac; shift 2 ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
     esac
@@ -77,7 +81,7 @@ trap 'exit 1' INT TERM HUP
 $cl up 2 || exit 1
 $cl cpus all spread >/dev/null || exit 1
 : >"$work/all.jsonl"
-echo "cluster_bench: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); settings: $($cl env | sed 's/^export //' | tr '\n' ' ')"
+echo "cluster_bench: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); settings: $($cl env | sed 's/^export //' | tr '\n' ' ')${envs:+; every run:$envs}"
 
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start )) s"; }
@@ -92,7 +96,8 @@ meta() {
 # train PROFILE LAYOUT RUN [-x VAR=VALUE]: the train suite on the layout's hostfile
 train() {
     p=$1; l=$2; r=$3; shift 3
-    timeout -k 10 "$limit" $cl run mpirun --hostfile "$hf" "$@" "$bench" --suite train $quick \
+    # shellcheck disable=SC2086
+    timeout -k 10 "$limit" $cl run mpirun --hostfile "$hf" $envs "$@" "$bench" --suite train $quick \
         --tmpdir "$work" --json "$work/t.jsonl" >"$work/t.out" 2>"$work/t.err"
     rc=$?
     if [ $rc -eq 0 ] && grep -q '"suite": "train"' "$work/t.jsonl"; then

@@ -176,6 +176,7 @@ static void *comm_thread(void *arg)
 {
     mt_fusion *f = arg;
     mt__trace_thread("fusion");
+    mt__wire_thread_sleeps();
     pthread_mutex_lock(&f->lock);
     for (;;) {
         while (!f->quit && (f->closing || f->claimed == f->handed))
