@@ -37,6 +37,11 @@ static float rng_normal(uint64_t *s)
     return (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
 }
 
+bool mlp_overlap(const mt_context *c)
+{
+    return mt_local_world_size(c) < mt_world_size(c);
+}
+
 size_t mlp_grad_count(void)
 {
     size_t total = 0;

@@ -158,11 +158,13 @@ static int train(mt_context *c, void *arg)
     float *grad = NULL;
     model m;
     memset(&m, 0, sizeof m);
-    /* a bucket per layer and per row block of the first layer (mlp.h), so that averaging
-     * overlaps the backward pass; MT_FUSION_BYTES, when set, decides instead */
+    /* across nodes a bucket per layer and per row block of the first layer (mlp.h), so
+     * that averaging overlaps the backward pass; on one node one bucket, averaged in the
+     * wait (mlp_overlap says why); MT_FUSION_BYTES, when set, decides the size instead */
+    bool overlap = mlp_overlap(c);
     mt_fusion_options fo = o->fusion;
     if (!getenv("MT_FUSION_BYTES"))
-        fo.bucket_bytes = mlp_bucket_bytes(&m);
+        fo.bucket_bytes = overlap ? mlp_bucket_bytes(&m) : 0;
     rc = mt_fusion_create_opts(c, &fo, &f);
     if (!rc)
         rc = mt_fusion_alloc(f, mlp_grad_count(), &grad);
@@ -203,7 +205,7 @@ static int train(mt_context *c, void *arg)
             }
             t = MPI_Wtime();
             mlp_forward(&m, n);
-            loss_sum += mlp_backward(&m, n, y, f, idx);
+            loss_sum += mlp_backward(&m, n, y, overlap ? f : NULL, idx);
             double tc = MPI_Wtime();
             t_comp += tc - t;
             rc = mt_fusion_wait(f);
