@@ -71,7 +71,9 @@ crun() {
 now() { date +%s.%N; }
 since() { awk "BEGIN { printf \"%.1f\", $(now) - $1 }"; }
 # cluster_train NAME TRAINER-ARGS...: the example trainer (Fashion-MNIST at $data, 5 epochs
-# of 30 steps, a checkpoint each, all kept) as run NAME under mpitrain-run on 2 nodes x 2
+# of 120 steps, a checkpoint each, all kept: the job must still be training when a test
+# acts on it after its second checkpoint; at 30 steps an epoch, once averaging across
+# nodes stopped spinning in MPI_Wait, it finished before a node's processes were killed) as run NAME under mpitrain-run on 2 nodes x 2
 # ranks, the hosts asked from the cluster before each attempt, in the background ($sup);
 # returns once its second checkpoint is there: $d the run, $latest its newest checkpoint,
 # $t0 the time
@@ -81,7 +83,7 @@ cluster_train() {
     "$cl" -n "$cname" hostfile 2 2 >/dev/null
     timeout -k 10 $climit "$cl" -n "$cname" run "$b/tools/mpitrain-run" --max-failures 2 \
         --host-discovery "$cl -n $cname hosts" -- mpirun "$b/tools/trainer" --data "$data" \
-        --storage-path "$store/runs" --steps-per-epoch 30 --epochs 5 --checkpoint-frequency 1 \
+        --storage-path "$store/runs" --steps-per-epoch 120 --epochs 5 --checkpoint-frequency 1 \
         --num-to-keep 0 --name "$name" "$@" >"$out" 2>"$err" &
     sup=$!
     for _ in $(seq 1 1200); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.05; done
