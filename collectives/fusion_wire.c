@@ -110,23 +110,23 @@ float mt__wire_to_f32(mt_compression k, uint16_t h)
  * (shared-memory transport) one call of everything stays faster (pieces: 1.1-1.6x). */
 enum { MSG_BYTES = 32768, WINDOW = 16 };
 
-/* Across nodes, a piece's wait on the fusion's own thread polls MPI_Test and sleeps in
- * between (from 2 us, doubling, at most 16 us; the thread's timer slack set to 1 ns, or
- * Linux would round each sleep up to 50 us) where MPI_Wait would spin: Open MPI's wait
- * loop polls, and with mpi_yield_when_idle yields, on the core whose rank is computing
- * the rest of the backward pass, taking the time slices the overlap is for. The caller's
- * thread, which in mt_fusion_wait has nothing else to do, waits in MPI_Wait.
- * MT_FUSION_SLEEP=0 waits in MPI_Wait on both. Measured across 2 emulated nodes (quick
- * train suite, per-rank samples/s with row blocks, unshaped / 1 Gbit/s link, 2x1 and
- * 2x2; quiet machine): MPI_Wait 14714-15103 / 5752-6886 and 5161-6337 / 4002-4026;
- * sleeping at most 128 us with the default slack 9922-10011 / 7912-7981 and 3519-3553 /
- * 3518-3570; at most 16 us with 1 ns slack 14675-14873 / 8060-8092 and 4140-4370 /
- * 3684-3761. */
+/* With MT_FUSION_SLEEP=1, across nodes, a piece's wait on the fusion's own thread polls
+ * MPI_Test and sleeps in between (from 2 us, doubling, at most 16 us; the thread's timer
+ * slack set to 1 ns, or Linux would round each sleep up to 50 us) where MPI_Wait would
+ * spin: Open MPI's wait loop polls, and with mpi_yield_when_idle yields, on the core whose
+ * rank is computing the rest of the backward pass. The caller's thread, which in
+ * mt_fusion_wait has nothing else to do, waits in MPI_Wait. Measured across 2 emulated
+ * nodes (quick train suite, per-rank samples/s with row blocks, unshaped / 1 Gbit/s link,
+ * 2x1 and 2x2; quiet machine): MPI_Wait 14714-15103 / 5752-6886 and 5161-6337 / 4002-4026;
+ * sleeping at most 16 us with 1 ns slack 27012-27541 / 8100-8102 and 6534-6550 /
+ * 3855-3912. It is not the default: with it, tests/cluster_linkdown.sh's job (2 nodes x 2
+ * ranks, one CPU a node) stalled early in a fusion wait, a rank of the second node silent
+ * for 5 s before any link went down; the default waits in MPI_Wait. */
 static _Thread_local bool thread_sleeps;
 
 void mt__wire_thread_sleeps(void)
 {
-    thread_sleeps = mt__env_knob_bool("MT_FUSION_SLEEP", true);
+    thread_sleeps = mt__env_knob_bool("MT_FUSION_SLEEP", false);
     if (thread_sleeps)
         prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 }
