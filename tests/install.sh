@@ -24,6 +24,7 @@ demo_ran() { # demo_ran RESULTS: the demo's 3 epochs, finished
 }
 
 if [ "${1:-}" != --installed ]; then
+    need_tier full # make distcheck's install and installcheck cover it in the other tiers
     # 1. DESTDIR install of this build
     if ${MAKE:-make} -C "${top_builddir:-.}" install DESTDIR="$tmp/root" >"$out" 2>"$err"; then
         pc=$(find "$tmp/root" -name mpitrain.pc | head -n 1)

@@ -13,7 +13,7 @@
 # launch is left alone (test_mpi_trainable's environment case at 3 ranks).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier full
 ex="$b/tools/trainable-example"
 scratch trainable
 limit=$((240 * ${MT_TEST_TIMEOUT_SCALE:-1}))
