@@ -156,19 +156,6 @@ static void finish(mt_fusion *f, int upto)
     pthread_mutex_unlock(&f->lock);
 }
 
-static const char *const algo_words[] = {"auto", "flat", "shm", "hier"};
-static const char *const compress_words[] = {"none", "fp16", "bf16"};
-
-const char *mt__fusion_algo_text(int algo)
-{
-    return algo >= 0 && algo < 4 ? algo_words[algo] : "?";
-}
-
-const char *mt__fusion_compression_text(int compression)
-{
-    return compression >= 0 && compression < 3 ? compress_words[compression] : "?";
-}
-
 /* Local: the options with their zero fields from the environment (MT_FUSION_BYTES,
  * MT_FUSION_COMPRESS, MT_FUSION_ALGO), checked; *r gets them even on an error (what the
  * creation's agreement compares). */
@@ -254,7 +241,7 @@ static int open_backends(mt_fusion *f, mt__comm *c)
     mt__fusion_where w = {.c = c, .data = f->data, .node = f->node,
                           .num_nodes = f->num_nodes, .compression = f->compression,
                           .forced = f->algo != MT_FUSION_AUTO};
-    const char *name = algo_words[f->algo];
+    const char *name = mt_fusion_algo_word(f->algo);
     if ((f->algo == MT_FUSION_SHM || f->algo == MT_FUSION_HIER) && !shm_ok)
         return mt__error(MT_EINVAL, "rank %d: fusion algorithm %s needs shared memory, but "
                                     "MT_FUSION_SHM=0", c->rank, name);
@@ -379,7 +366,7 @@ const char *mt_fusion_algo_name(const mt_fusion *f)
 
 const char *mt_fusion_compression_name(const mt_fusion *f)
 {
-    return f ? compress_words[f->compression] : NULL;
+    return f ? mt_compression_word(f->compression) : NULL;
 }
 
 void mt_fusion_destroy(mt_fusion **fp)

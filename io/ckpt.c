@@ -271,3 +271,21 @@ int mt__ckpt_set_meta_typed(hid_t f, const char *key, int type, const char *valu
     return e < 0 ? mt__error(MT_EIO, "%s: metadata %s: write failed: %s", file, key, why) : MT_OK;
 }
 
+int mt__ckpt_seal(hid_t f, const char *path)
+{
+    mt__ckpt_index ix;
+    mt__h5_lock();
+    int rc = mt__ckpt_list(f, path, &ix);
+    if (!rc) {
+        uint32_t c[2];
+        int format = MT__CKPT_FORMAT;
+        mt__ckpt_index_checks(&ix, c);
+        mt__ckpt_attr_write(f, "index_check", H5T_NATIVE_UINT32, 2, c);
+        mt__ckpt_attr_write(f, "format", H5T_NATIVE_INT, 0, &format);
+        mt__ckpt_index_free(&ix);
+        if (H5Aexists(f, "format") <= 0 || H5Aexists(f, "index_check") <= 0)
+            rc = mt__error(MT_EIO, "%s: cannot write the index checks", path);
+    }
+    mt__h5_unlock();
+    return rc;
+}

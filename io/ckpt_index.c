@@ -19,7 +19,6 @@
 #include <string.h>
 #include <zlib.h>
 
-#define CKPT_FORMAT 2
 enum { CHECK_NAME, CHECK_DTYPE, CHECK_SHAPE, CHECK_LAYOUT, CHECK_OFFSETS, NCHECKS };
 static const char *const check_what[NCHECKS] = {"name", "dtype", "shape", "layout",
                                                 "row offsets"};
@@ -287,7 +286,7 @@ static herr_t list_meta(hid_t obj, const char *name, const H5A_info_t *info, voi
 }
 
 /* CRC-32s of the array names and of the metadata, in the file's name order. */
-static void index_checks(const mt__ckpt_index *ix, uint32_t c[2])
+void mt__ckpt_index_checks(const mt__ckpt_index *ix, uint32_t c[2])
 {
     uLong names = crc_u64(crc32(0, NULL, 0), (uint64_t)ix->n);
     uLong meta = crc_u64(crc32(0, NULL, 0), (uint64_t)ix->nmeta);
@@ -325,11 +324,11 @@ static int read_index(hid_t f, const char *path, mt__ckpt_index *ix, bool sealin
             snprintf(L.why, sizeof L.why, "its arrays carry checks but the file has no format "
                      "attribute (damaged metadata)");
             e = -1;
-        } else if (format != 0 && format != CKPT_FORMAT) {
+        } else if (format != 0 && format != MT__CKPT_FORMAT) {
             snprintf(L.why, sizeof L.why, "format %d is not one this version reads (%d)", format,
-                     CKPT_FORMAT);
+                     MT__CKPT_FORMAT);
             e = -1;
-        } else if (format == CKPT_FORMAT) {
+        } else if (format == MT__CKPT_FORMAT) {
             at = H5Aexists(f, "index_check") > 0 ? H5Aopen(f, "index_check", H5P_DEFAULT) : -1;
             if (at < 0 || H5Aread(at, H5T_NATIVE_UINT32, want) < 0) {
                 snprintf(L.why, sizeof L.why, "its index_check attribute is missing or unreadable");
@@ -337,7 +336,7 @@ static int read_index(hid_t f, const char *path, mt__ckpt_index *ix, bool sealin
             }
             if (at >= 0)
                 H5Aclose(at);
-            index_checks(ix, have);
+            mt__ckpt_index_checks(ix, have);
             if (e >= 0 && L.checked != ix->n) {
                 snprintf(L.why, sizeof L.why, "%d of its %d arrays have no check attribute "
                          "(damaged metadata)", ix->n - L.checked, ix->n);
@@ -368,23 +367,9 @@ int mt__ckpt_read_index(hid_t f, const char *path, mt__ckpt_index *ix)
     return rc;
 }
 
-int mt__ckpt_seal(hid_t f, const char *path)
+int mt__ckpt_list(hid_t f, const char *path, mt__ckpt_index *ix)
 {
-    mt__ckpt_index ix;
-    mt__h5_lock();
-    int rc = read_index(f, path, &ix, true);
-    if (!rc) {
-        uint32_t c[2];
-        int format = CKPT_FORMAT;
-        index_checks(&ix, c);
-        mt__ckpt_attr_write(f, "index_check", H5T_NATIVE_UINT32, 2, c);
-        mt__ckpt_attr_write(f, "format", H5T_NATIVE_INT, 0, &format);
-        mt__ckpt_index_free(&ix);
-        if (H5Aexists(f, "format") <= 0 || H5Aexists(f, "index_check") <= 0)
-            rc = mt__error(MT_EIO, "%s: cannot write the index checks", path);
-    }
-    mt__h5_unlock();
-    return rc;
+    return read_index(f, path, ix, true);
 }
 
 void mt__ckpt_index_free(mt__ckpt_index *ix)

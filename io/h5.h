@@ -31,7 +31,7 @@ int mt__ckpt_set_meta(hid_t f, const char *key, const char *value);
 int mt__ckpt_set_meta_typed(hid_t f, const char *key, int type, const char *value);
 /* The arrays and metadata, every check compared (MT_EFORMAT naming what does not match). */
 int mt__ckpt_read_index(hid_t f, const char *path, mt__ckpt_index *ix);
-/* After the last array and metadata are written: the file-level checks (see ckpt_index.c). */
+/* After the last array and metadata are written: the file-level checks (see ckpt.c). */
 int mt__ckpt_seal(hid_t f, const char *path);
 int mt__ckpt_open_array(hid_t f, const char *name, hid_t *out);
 void mt__ckpt_close_array(hid_t ds);
@@ -41,6 +41,7 @@ void mt__ckpt_close_array(hid_t ds);
  * the file checksum skips, and the per-array checks both sides compute. */
 #define MT__CKPT_UB_SIZE 4096u
 #define MT__CKPT_NCHECKS 5
+#define MT__CKPT_FORMAT 2 /* the root's "format": the checks below exist */
 typedef struct {
     uint64_t off, len;
 } mt__ckpt_region;
@@ -57,6 +58,11 @@ int mt__ckpt_verify(const char *path);
 int mt__ckpt_collect_regions(hid_t f, mt__ckpt_regions *R);
 /* The header of the closed file path whose regions are R; fsync too when sync. */
 int mt__ckpt_write_header(const char *path, mt__ckpt_regions *R, bool sync);
+/* With the HDF5 lock held: the arrays and metadata, without the file-level checks (what
+ * sealing reads back before it writes them). */
+int mt__ckpt_list(hid_t f, const char *path, mt__ckpt_index *ix);
+/* The CRC-32s of the list of array names and of the metadata (the root's index_check). */
+void mt__ckpt_index_checks(const mt__ckpt_index *ix, uint32_t c[2]);
 /* With the HDF5 lock held: attribute name of n elements (0: a scalar) on obj. */
 void mt__ckpt_attr_write(hid_t obj, const char *name, hid_t type, hsize_t n, const void *v);
 /* The CRC-32s of an array's name, dtype, shape, layout and offsets. */
