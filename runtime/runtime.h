@@ -138,7 +138,7 @@ void mt__run_remove_leftovers(const mt__rundir *r);
 int mt__run_drop(mt__rundir *r, const char *const *names, int n);
 void mt__run_reap_wait(mt__rundir *r);
 
-/* Retention: which kept checkpoints to delete now (Ray Train's rules; see DESIGN.md).
+/* Retention: which kept checkpoints to delete now (Ray Train's rules; see docs/design.md).
  * Fills drop[i] for each kept entry; MT_ENOMEM (none dropped) when out of memory. */
 int mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,
                   bool *drop);
