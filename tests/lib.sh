@@ -50,6 +50,38 @@ fake_nodes() {
 skip_in_quick_check() {
     if [ -n "${MT_QUICK_CHECK:-}" ]; then echo "skipped (MT_QUICK_CHECK is set)"; exit 77; fi
 }
+# A test acts on and judges only what it made: its own processes, segments, files and
+# ports, never a machine-wide list (other checkouts run the same suite on this machine at
+# the same time, and earlier jobs leave things behind).
+# descendants PID: every descendant of process PID, each before its own (a job started
+# in the background: its launcher, ranks, daemons)
+descendants() {
+    for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done
+}
+# shm_of PID...: the library's shared-memory segments in /dev/shm that processes PID...
+# made (each name carries its creator's pid: /dev/shm/mpitrain-KIND-PID-...)
+shm_of() {
+    for p in "$@"; do
+        for k in spawn watch fusion; do ls -d /dev/shm/mpitrain-$k-"$p"-* 2>/dev/null; done
+    done
+}
+# free_ports N: the first of N consecutive TCP ports that no socket on this machine uses
+# (/proc/net/tcp, tcp6), searched from one derived from this test's pid, so two checkouts
+# that run the same test at once get different ones; fails when none is found
+port_used() {
+    cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q "$(printf ':%04X ' "$1")"
+}
+free_ports() {
+    fp=$((20000 + ($$ % 1000) * 8))
+    for _ in $(seq 1 200); do
+        k=0
+        while [ $k -lt "$1" ] && ! port_used $((fp + k)); do k=$((k + 1)); done
+        [ $k -eq "$1" ] && { echo $fp; return 0; }
+        fp=$((fp + $1))
+        [ $fp -gt 30000 ] && fp=20000
+    done
+    return 1
+}
 # scratch NAME: a temporary folder $store (removed on exit) holding $out and $err
 scratch() {
     store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-$1-test.XXXXXX")
