@@ -36,7 +36,9 @@ for np in 2 4; do
         [ -d "$store/runs/$name/checkpoint_000000" ] && break
         sleep 0.05
     done
-    victim=$(pgrep -f "trainer $common --name $name" | tail -n 1)
+    # a rank of this job (its launcher's descendants), never a process list of the machine
+    victim=$(for p in $(descendants $sup); do
+        [ "$(cat /proc/$p/comm 2>/dev/null)" = trainer ] && echo "$p"; done | sort -n | tail -n 1)
     [ -n "$victim" ] && kill -9 "$victim"
     wait $sup
     rc=$?

@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include "../runtime/runtime.h"
+#include "../collectives/watchdog.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -956,6 +957,34 @@ static void test_stale_shm(void)
     if (fd >= 0) {
         close(fd);
         shm_unlink(name);
+    }
+    /* a process that ends the job itself (mt__end_job) leaves none of its names */
+    int pipefd[2];
+    CU_ASSERT_FATAL(pipe(pipefd) == 0);
+    pid_t ender = fork();
+    CU_ASSERT_FATAL(ender >= 0);
+    if (ender == 0) {
+        char mine[MT__SHM_NAME_LEN] = "";
+        int f2 = mt__shm_create("fusion", mine, sizeof mine);
+        if (f2 < 0 || write(pipefd[1], mine, sizeof mine) != (ssize_t)sizeof mine)
+            _exit(1);
+        mt__end_job(MPI_COMM_NULL, 3, NULL, 1.0);
+    }
+    close(pipefd[1]);
+    char theirs[MT__SHM_NAME_LEN] = "";
+    ssize_t got = read(pipefd[0], theirs, sizeof theirs);
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(ender, &status, 0);
+    MT_ASSERT_INT_EQ(got, (ssize_t)sizeof theirs);
+    MT_ASSERT_INT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 3);
+    snprintf(prefix, sizeof prefix, "/mpitrain-fusion-%d-", (int)ender);
+    MT_ASSERT_INT_EQ(strncmp(theirs, prefix, strlen(prefix)), 0);
+    fd = theirs[0] ? shm_open(theirs, O_RDONLY, 0) : -1;
+    MT_ASSERT_INT_EQ(fd, -1);
+    if (fd >= 0) {
+        close(fd);
+        shm_unlink(theirs);
     }
 }
 
