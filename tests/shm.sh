@@ -14,6 +14,8 @@
 # unshare -rm), so that no other job on this machine reaps what it planted or killed
 # before it looks, and nothing it plants can touch another job's.
 set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+need_tier check
 if [ -z "${MT_SHM_PRIVATE:-}" ]; then
     for u in "unshare -m" "unshare -rm"; do
         # shellcheck disable=SC2086
@@ -27,7 +29,6 @@ if [ -z "${MT_SHM_PRIVATE:-}" ]; then
     echo "skipped: this machine does not let the test make a private /dev/shm (unshare -m)"
     exit 77
 fi
-. "${top_srcdir:-.}/tests/lib.sh"
 scratch shm
 info="$b/tools/mpitrain-info"
 limit=$((60 * ${MT_TEST_TIMEOUT_SCALE:-1}))

@@ -20,7 +20,7 @@
 #    what other jobs on the machine left there).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 scratch spawn
 fmnist_h5
 limit=$((60 * ${MT_TEST_TIMEOUT_SCALE:-1}))
@@ -28,6 +28,11 @@ common="--data $data --storage-path $store/runs --steps-per-epoch 20"
 # a collective that hangs (see README) ends with 76 well inside the test's timeout
 resume="--stall-warn 10 --stall-timeout 40"
 
+# make check: one case of each behaviour (a rank dying in fit at 2 workers, a spawned rank
+# killed and the run resumed); the full tier: every moment at 2 and 3 workers, the
+# finalize and joining stalls, fusion at 3 workers, the parent killed
+full=1
+tier full || full=""
 last_field() { # last_field RUN KEY: KEY's value in the last line of result.json
     tail -n 1 "$store/runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n "s/^ *\"$2\": *//p"
 }
@@ -46,6 +51,7 @@ run_seen() {
     rc=$?
     seen=$(echo $job $seen | tr ' ' '\n' | sort -u)
 }
+[ -n "$full" ] && {
 MT_FUSION_BYTES=65536 "${top_srcdir:-.}/tests/mpirun.sh" 3 "$b/tools/trainer" $common --epochs 2 \
     --name fused-mpirun >"$out" 2>"$err"
 run_seen $((limit * 2)) env MT_FUSION_BYTES=65536 "$b/tools/trainer" --num-workers 3 $common \
@@ -56,6 +62,8 @@ l1=$(last_field fused-mpirun train_loss); l2=$(last_field fused-spawn train_loss
 if [ $rc -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ] && [ -z "$shm" ]; then
     ok "spawn mode, 3 workers, 64 KiB fusion buckets: finishes with mpirun -np 3's train_loss ($l2), no shared memory left"
 else bad "spawn mode, 3 workers, 64 KiB buckets (exit $rc, loss '$l1' vs '$l2'; left: $shm)"; fi
+}
+
 # waits up to $limit seconds until none of the pids $* runs; prints those left
 left_over() {
     left=$*
@@ -89,8 +97,10 @@ run_dying() {
     shm=$(shm_of $seen | tr '\n' ' ')
 }
 n=0
-for np in 2 3; do
-    for moment in init merge fit-begin fit-end finalize disconnected; do
+nps="2 3" moments="init merge fit-begin fit-end finalize disconnected" victims="child parent"
+[ -n "$full" ] || { nps=2 moments=fit-begin victims=child; }
+for np in $nps; do
+    for moment in $moments; do
         n=$((n + 1))
         victim=$((1 + n % (np - 1))) # at 3 workers, rank 1 or rank 2 by turns
         run_dying $np die-$moment:$victim die-$moment-$np
@@ -102,7 +112,7 @@ for np in 2 3; do
         [ -n "$left" ] && kill -9 $left 2>/dev/null
     done
 done
-for np in 2 3; do
+[ -n "$full" ] && for np in 2 3; do
     run_dying $np die-finalize:0 parent-finalize-$np
     if [ $rc -eq 137 ] && [ -z "$left$shm" ]; then
         ok "spawn mode, $np workers: the parent dying in mt_finalize leaves nothing"
@@ -112,7 +122,7 @@ for np in 2 3; do
 done
 # a rank stopped in mt_finalize once every rank is there: 76 at the stall timeout; a
 # stopped parent is killed by the rank that ends the job
-for victim in 1 0; do
+[ -n "$full" ] && for victim in 1 0; do
     run_dying 3 stop-finalize:$victim stopped-finalize-$victim --stall-warn 2 --stall-timeout 5
     want=76; [ $victim -eq 0 ] && want=137
     if [ $rc -eq $want ] && [ -z "$left$shm" ] && grep -q "mt_finalize has waited 5 s for the other ranks" "$err"; then
@@ -123,6 +133,7 @@ for victim in 1 0; do
 done
 # rank 0 busy after fit for longer than the stall timeout while the others wait in
 # mt_finalize: not a stall (the wait counts from when the last rank arrived)
+[ -n "$full" ] && {
 export MT_TEST_PAUSE_S=8
 run_dying 3 slow-finalize:0 slow-finalize --stall-warn 2 --stall-timeout 3
 unset MT_TEST_PAUSE_S
@@ -137,8 +148,9 @@ if [ $rc -eq 76 ] && [ -z "$left$shm" ] && grep -q "1 of the 1 spawned ranks did
 else bad "spawn mode: spawned rank stopped before joining (exit $rc, want 76; left:$left $shm)"; fi
 # shellcheck disable=SC2086
 [ -n "$left" ] && kill -9 $left 2>/dev/null
+}
 
-for victim in child parent; do
+for victim in $victims; do
     name=kill-$victim
     timeout -k 5 $((limit * 2)) "$b/tools/trainer" --num-workers 2 $common --epochs 500 \
         --name $name >"$out" 2>"$err" &
