@@ -74,6 +74,21 @@ need_tier() {
 descendants() {
     for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done
 }
+# alive PID: the process runs (a zombie does not count)
+alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+# run_seen LIMIT CMD...: CMD in the background under a timeout of LIMIT s, its output in
+# $out and $err; sets rc, $job (the timeout's pid) and $seen (every process of the job
+# seen while it ran: launcher, ranks, daemons), the pids the test then judges
+run_seen() {
+    lim=$1; shift
+    timeout -k 5 "$lim" "$@" >"$out" 2>"$err" &
+    job=$!
+    seen=""
+    while alive $job; do seen="$seen $(descendants $job)"; sleep 0.1; done
+    wait $job 2>/dev/null
+    rc=$?
+    seen=$(echo $job $seen | tr ' ' '\n' | sort -u)
+}
 # shm_of PID...: the library's shared-memory segments in /dev/shm that processes PID...
 # made (each name carries its creator's pid: /dev/shm/mpitrain-KIND-PID-...)
 shm_of() {

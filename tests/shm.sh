@@ -9,6 +9,9 @@
 #    belongs to a process started at another time, an older name (no start time) of a
 #    dead pid: listed, then removed by the next job; a running creator's, an older name
 #    whose pid runs, another pid namespace's: not listed, kept;
+#  - a rank killed outright (test-only die sites) while it holds its stall watchdog slot,
+#    or the fusion's node segment, under mpirun: the segment stays, and the next job's
+#    start removes it;
 #  - --stale-shm takes no other argument.
 # It runs in a mount namespace of its own with a private /dev/shm (unshare -m, as root, or
 # unshare -rm), so that no other job on this machine reaps what it planted or killed
@@ -34,7 +37,6 @@ info="$b/tools/mpitrain-info"
 limit=$((60 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 sleeper=""
 trap 'rm -rf "$store"; [ -n "$sleeper" ] && kill $sleeper 2>/dev/null' EXIT
-alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
 stopped() { grep -q '^State:.*T' "/proc/$1/status" 2>/dev/null; }
 start_of() { sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f20; } # field 22, after the name
 [ -z "$(ls -A /dev/shm)" ] || bad "the private /dev/shm is not empty: $(ls /dev/shm)"
@@ -106,6 +108,29 @@ if exits 0 "$run" 2 "$info" && [ -z "$(there $stale)" ] \
 else bad "the next job with planted segments (exit $rc): left $(there $stale $keep | tr '\n' ' ')"; fi
 # shellcheck disable=SC2086
 for f in $keep; do rm -f "/dev/shm/$f"; done
+
+# --- a rank killed outright while it holds a stall watchdog slot (rank 1, at the start of
+# fit) or the fusion's node segment (rank 0, before the others have it open): the
+# test-only sites die-watch-slot and die-fusion-seg (MT_TEST_FAIL_AT); under mpirun, which
+# then ends the job. The next job's start removes what the job's processes left.
+fmnist_h5
+common="--data $data --storage-path $store/runs --steps-per-epoch 5 --epochs 1"
+for site in die-watch-slot:1 die-fusion-seg:0; do
+    kind=watch; [ "${site%%:*}" = die-fusion-seg ] && kind=fusion
+    # shellcheck disable=SC2086
+    run_seen $((limit * 2)) env MT_TEST_FAIL_AT=$site MT_FUSION_ALGO=shm \
+        mpirun --oversubscribe -x MT_TEST_FAIL_AT -x MT_FUSION_ALGO -np 2 "$b/tools/trainer" \
+        $common --name killed-$kind
+    # shellcheck disable=SC2086
+    leaked=$(shm_of $seen | grep "/mpitrain-$kind-" | tr '\n' ' ')
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -n "$leaked" ]; then
+        ok "a rank killed holding a $kind segment (${site%%:*}, exit $rc): it stays ($leaked)"
+    else bad "a rank killed at ${site%%:*} (exit $rc, want a failure, not the timeout): left '$leaked'"; fi
+    # shellcheck disable=SC2086
+    if exits 0 "$run" 2 "$info" && [ -n "$leaked" ] && [ -z "$(shm_of $seen)" ]; then
+        ok "the next job's start removes the $kind segment the killed rank held"
+    else bad "the next job after ${site%%:*} (exit $rc): left $(shm_of $seen | tr '\n' ' ')"; fi
+done
 
 if exits 2 "$info" --stale-shm --name x \
     && grep -q "mpitrain-info: --stale-shm takes no other argument (see --help)" "$err"; then

@@ -36,21 +36,9 @@ tier full || full=""
 last_field() { # last_field RUN KEY: KEY's value in the last line of result.json
     tail -n 1 "$store/runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n "s/^ *\"$2\": *//p"
 }
-alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
-# run_seen LIMIT CMD...: CMD (a trainer, through env for its variables) in the background
-# under a timeout of LIMIT s; sets rc and $seen (every process of the job seen while it
-# ran: the parent rank, its helper daemon (orted), the spawned ranks), the pids whose
-# shared memory (shm_of) the test then judges, and no other
-run_seen() {
-    lim=$1; shift
-    timeout -k 5 "$lim" "$@" >"$out" 2>"$err" &
-    job=$!
-    seen=""
-    while alive $job; do seen="$seen $(descendants $job)"; sleep 0.1; done
-    wait $job
-    rc=$?
-    seen=$(echo $job $seen | tr ' ' '\n' | sort -u)
-}
+# each job runs through run_seen (tests/lib.sh): its processes (the parent rank, its
+# helper daemon (orted), the spawned ranks) are the pids whose shared memory the test
+# judges, and no other
 [ -n "$full" ] && {
 MT_FUSION_BYTES=65536 "${top_srcdir:-.}/tests/mpirun.sh" 3 "$b/tools/trainer" $common --epochs 2 \
     --name fused-mpirun >"$out" 2>"$err"
