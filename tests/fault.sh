@@ -39,7 +39,9 @@ for np in $nps; do
         [ -d "$store/runs/$name/checkpoint_000000" ] && break
         sleep 0.05
     done
-    victim=$(pgrep -f "trainer $common --name $name" | tail -n 1)
+    # a rank of this job (its launcher's descendants), never a process list of the machine
+    victim=$(for p in $(descendants $sup); do
+        [ "$(cat /proc/$p/comm 2>/dev/null)" = trainer ] && echo "$p"; done | sort -n | tail -n 1)
     [ -n "$victim" ] && kill -9 "$victim"
     wait $sup
     rc=$?

@@ -38,7 +38,10 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
     sleep 1
 fi
 mem=$(awk '/MemTotal/ { printf "%d", $2 / 1024 * 0.8 }' /proc/meminfo)
-slurm_conf "$tmp" mpitrain-test "$host" 6917
+# ports of this test's own (slurmctld, slurmd): with a fixed one, a second checkout's run
+# of this test at the same time would talk to the first one's slurmctld
+port=$(free_ports 2) || { bad "no two free TCP ports for slurmctld and slurmd"; finish; }
+slurm_conf "$tmp" mpitrain-test "$host" "$port"
 cat >>"$tmp/slurm.conf" <<CONF
 NodeName=$host CPUs=$(nproc) RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES

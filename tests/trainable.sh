@@ -29,9 +29,10 @@ want_rows=$(i=1; while [ $i -le $n ]; do printf '%d/%d ' $i $i; i=$((i + 1)); do
 # last NAME KEY: KEY's value in the last row
 last() { tail -n 1 "$store/runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n "s/^ *\"$2\": *\([^ ]\)/\1/p" | head -n 1; }
 status() { sed -n 's/.*"status": *"\([a-z]*\)".*/\1/p' "$store/runs/$1/run.json"; }
-# rank_pid NAME R: the pid of rank R of the job running run NAME
+# rank_pid JOB R: the pid of rank R of the job started as process JOB (among its
+# descendants only: other checkouts run the same runs on this machine)
 rank_pid() {
-    for p in $(pgrep -f -- "--name $1\$"); do
+    for p in $(descendants "$1"); do
         [ "$(cat /proc/$p/comm 2>/dev/null)" = trainable-examp ] || continue
         r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
         [ "$r" = "$2" ] && echo "$p" && return
@@ -62,7 +63,7 @@ for np in 1 2 3; do
     sup=$!
     victim=""
     if wait_for "$store/runs/$name/checkpoint_000002"; then
-        victim=$(rank_pid $name $((np - 1)))
+        victim=$(rank_pid $sup $((np - 1)))
         [ -n "$victim" ] && kill -9 "$victim"
     fi
     wait $sup
@@ -87,7 +88,8 @@ for np in 1 2 3; do
     fi
     to=""
     if wait_for "$store/runs/$name/checkpoint_000001"; then
-        to=$(pgrep -f -- "^[^ ]*$who .*--name $name\$" | head -n 1)
+        to=$(for p in $(pgrep -P $job); do
+            [ "$(cat /proc/$p/comm 2>/dev/null)" = $who ] && echo "$p"; done | head -n 1)
         [ -n "$to" ] && kill -$sig "$to"
     fi
     wait $job
