@@ -738,7 +738,16 @@ static int fit_finish(const mt_trainer *t, fit_state *f, int rc, const char *fin
     mt__signals_restore();
     mt__watchdog_stop(&f->dog);
     mt__test_die("die-fit-end", ctx->world_rank);
+    int32_t traced = mt__trace_path() != NULL; /* this rank wrote a timeline */
     mt__trace_stop();
+    if (f->started) { /* the job's timeline in one file, once every rank closed its own */
+        char kept[MT__MSG_LEN];
+        snprintf(kept, sizeof kept, "%s", mt_last_error()); /* the fit's, not this step's */
+        if (mt__allreduce(ctx->comm, &traced, 1, MT_I32, MT_MAX) == MT_OK && traced &&
+            ctx->world_rank == 0 && ctx->run_dir)
+            mt__trace_merge(ctx->run_dir, ctx->world_size);
+        mt__error_set_text(kept);
+    }
     char error[MT__MSG_LEN + 64] = "";
     if (rc && rc != MT_ESTOP) {
         if (f->who.rank >= 0)
