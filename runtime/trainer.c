@@ -215,6 +215,39 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
  * after it move aside; *out is the JSON the other ranks need. An error instead of a start
  * without the checkpoint it names, with the reports it redoes kept, or when result.json
  * cannot be brought in line (appending to it would duplicate rows). */
+static int open_resume(const char *from, char *dir, size_t len, mt_checkpoint **stored)
+{
+    /* run.resume_from_checkpoint (from): a checkpoint folder, or a run directory whose
+     * latest checkpoint it means; dir gets the folder, *stored the checkpoint */
+    int rc = mt__checkpoint_resolve("run.resume_from_checkpoint", from, dir, len);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    if (!rc && access(path, F_OK) == 0) {
+        mt__rundir other = {0};
+        rc = mt__run_load(&other, dir);
+        if (!rc && other.latest < 0)
+            rc = mt__error(MT_EFORMAT, "run.resume_from_checkpoint: %s is a run directory "
+                           "with no checkpoint yet (give a checkpoint_NNNNNN folder)", from);
+        else if (!rc && strlen(dir) + strlen(other.kept[other.latest].name) + 2 > len)
+            rc = mt__error(MT_EINVAL, "run.resume_from_checkpoint: %s: the path is too long",
+                           from);
+        else if (!rc)
+            snprintf(dir + strlen(dir), len - strlen(dir), "/%s",
+                     other.kept[other.latest].name);
+        else if (rc != MT_ENOMEM)
+            rc = mt__error(MT_EFORMAT, "run.resume_from_checkpoint: %s is a run directory "
+                           "whose run.json cannot be read: %s", from, mt_last_error());
+        mt__run_free(&other);
+    }
+    if (!rc) {
+        rc = mt__checkpoint_open_stored(dir, stored);
+        if (rc && rc != MT_ENOMEM)
+            rc = mt__error(MT_EFORMAT, "run.resume_from_checkpoint: %s is not a checkpoint: "
+                           "%s", from, mt_last_error());
+    }
+    return rc;
+}
+
 static int resume_point(mt__rundir *run, const mt_run_config *cfg, json_t **out)
 {
     *out = NULL;
@@ -232,17 +265,13 @@ static int resume_point(mt__rundir *run, const mt_run_config *cfg, json_t **out)
     const char *from = k < 0 ? cfg->resume_from_checkpoint : NULL;
     if (k >= 0 || from) {
         char dir[4096];
-        if (from)
-            rc = mt__checkpoint_resolve("run.resume_from_checkpoint", from, dir, sizeof dir);
-        else
-            snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[k].name);
         mt_checkpoint *stored = NULL;
         char *text = NULL;
-        if (!rc) {
+        if (from)
+            rc = open_resume(from, dir, sizeof dir, &stored);
+        else {
+            snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[k].name);
             rc = mt__checkpoint_open_stored(dir, &stored);
-            if (rc && rc != MT_ENOMEM && from)
-                rc = mt__error(MT_EFORMAT, "run.resume_from_checkpoint: %s is not a checkpoint: "
-                               "%s", from, mt_last_error());
         }
         if (!rc && !(text = mt__checkpoint_describe(stored)))
             rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
@@ -301,6 +330,19 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
             if ((rc = mt__run_clear(ctx->run_dir))) /* run.lock stays: this job holds it */
                 return rc;
             exists = false;
+        }
+    }
+    const char *from = t->cfg.run.resume_from_checkpoint;
+    if (!exists && from) { /* refused before the new run leaves anything behind */
+        char dir[4096];
+        mt_checkpoint *stored = NULL;
+        rc = open_resume(from, dir, sizeof dir, &stored);
+        mt_checkpoint_free(&stored);
+        if (rc) {
+            snprintf(path, sizeof path, "%s/run.lock", ctx->run_dir);
+            unlink(path); /* this job holds it; the folder goes if nothing else is in it */
+            rmdir(ctx->run_dir);
+            return rc;
         }
     }
     if (!exists) {
@@ -696,7 +738,16 @@ static int fit_finish(const mt_trainer *t, fit_state *f, int rc, const char *fin
     mt__signals_restore();
     mt__watchdog_stop(&f->dog);
     mt__test_die("die-fit-end", ctx->world_rank);
+    int32_t traced = mt__trace_path() != NULL; /* this rank wrote a timeline */
     mt__trace_stop();
+    if (f->started) { /* the job's timeline in one file, once every rank closed its own */
+        char kept[MT__MSG_LEN];
+        snprintf(kept, sizeof kept, "%s", mt_last_error()); /* the fit's, not this step's */
+        if (mt__allreduce(ctx->comm, &traced, 1, MT_I32, MT_MAX) == MT_OK && traced &&
+            ctx->world_rank == 0 && ctx->run_dir)
+            mt__trace_merge(ctx->run_dir, ctx->world_size);
+        mt__error_set_text(kept);
+    }
     char error[MT__MSG_LEN + 64] = "";
     if (rc && rc != MT_ESTOP) {
         if (f->who.rank >= 0)
