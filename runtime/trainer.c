@@ -211,90 +211,8 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
 
 /* ------------------------------------------------------------ the run directory */
 
-/* Rank 0: the latest good checkpoint (or none) becomes where this attempt starts; reports
- * after it move aside; *out is the JSON the other ranks need. An error instead of a start
- * without the checkpoint it names, with the reports it redoes kept, or when result.json
- * cannot be brought in line (appending to it would duplicate rows). */
-static int open_resume(const char *from, char *dir, size_t len, mt_checkpoint **stored)
-{
-    /* run.resume_from_checkpoint (from): a checkpoint folder, or a run directory whose
-     * latest checkpoint it means; dir gets the folder, *stored the checkpoint */
-    int rc = mt__checkpoint_resolve("run.resume_from_checkpoint", from, dir, len);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/run.json", dir);
-    if (!rc && access(path, F_OK) == 0) {
-        mt__rundir other = {0};
-        rc = mt__run_load(&other, dir);
-        if (!rc && other.latest < 0)
-            rc = mt__error(MT_EFORMAT, "run.resume_from_checkpoint: %s is a run directory "
-                           "with no checkpoint yet (give a checkpoint_NNNNNN folder)", from);
-        else if (!rc && strlen(dir) + strlen(other.kept[other.latest].name) + 2 > len)
-            rc = mt__error(MT_EINVAL, "run.resume_from_checkpoint: %s: the path is too long",
-                           from);
-        else if (!rc)
-            snprintf(dir + strlen(dir), len - strlen(dir), "/%s",
-                     other.kept[other.latest].name);
-        else if (rc != MT_ENOMEM)
-            rc = mt__error(MT_EFORMAT, "run.resume_from_checkpoint: %s is a run directory "
-                           "whose run.json cannot be read: %s", from, mt_last_error());
-        mt__run_free(&other);
-    }
-    if (!rc) {
-        rc = mt__checkpoint_open_stored(dir, stored);
-        if (rc && rc != MT_ENOMEM)
-            rc = mt__error(MT_EFORMAT, "run.resume_from_checkpoint: %s is not a checkpoint: "
-                           "%s", from, mt_last_error());
-    }
-    return rc;
-}
-
-static int resume_point(mt__rundir *run, const mt_run_config *cfg, json_t **out)
-{
-    *out = NULL;
-    int64_t last_row = -1;
-    int rc = mt__run_repair_logs(run, &last_row);
-    if (rc)
-        return rc;
-    int k = -1;
-    rc = mt__checkpoint_pick_valid(run, last_row < 0 ? INT64_MAX : last_row, &k);
-    if (rc)
-        return rc;
-    int64_t iteration = k >= 0 ? run->kept[k].iteration : 0;
-    json_t *ck = json_null();
-    /* no checkpoint of its own yet: the one run.resume_from_checkpoint names */
-    const char *from = k < 0 ? cfg->resume_from_checkpoint : NULL;
-    if (k >= 0 || from) {
-        char dir[4096];
-        mt_checkpoint *stored = NULL;
-        char *text = NULL;
-        if (from)
-            rc = open_resume(from, dir, sizeof dir, &stored);
-        else {
-            snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[k].name);
-            rc = mt__checkpoint_open_stored(dir, &stored);
-        }
-        if (!rc && !(text = mt__checkpoint_describe(stored)))
-            rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
-        ck = text ? json_string(text) : NULL;
-        free(text);
-        mt_checkpoint_free(&stored);
-        if (!rc && !ck)
-            rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
-    }
-    if (!rc)
-        rc = mt__run_supersede(run, iteration);
-    if (!rc)
-        run->iteration = iteration;
-    if (!rc && !(*out = json_pack("{s:i, s:I, s:f, s:O, s:b}", "attempt", run->attempts - 1,
-                                  "iteration", (json_int_t)iteration, "time_total",
-                                  run->time_total, "checkpoint", ck, "foreign", from != NULL)))
-        rc = mt__error(MT_ENOMEM, "out of memory resuming %s", run->dir);
-    json_decref(ck);
-    return rc;
-}
-
 /* Rank 0: the run directory's state for an attempt, the first or the next after a
- * failure: counted, started from the latest good checkpoint (resume_point), saved, and
+ * failure: counted, started from the latest good checkpoint (mt__resume_point), saved, and
  * its logs opened again (result.json may have been rewritten). */
 static int begin_attempt(const mt_trainer *t, mt__rundir *run, json_t **info)
 {
@@ -303,7 +221,7 @@ static int begin_attempt(const mt_trainer *t, mt__rundir *run, json_t **info)
     if (mt__test_fail("attempt-prepare", 0))
         return mt__error(MT_EIO, "%s: cannot ready attempt %d (test failure)", run->dir,
                          run->attempts - 1);
-    int rc = resume_point(run, &t->cfg.run, info);
+    int rc = mt__resume_point(run, &t->cfg.run, info);
     if (!rc)
         rc = mt__run_save(run);
     mt__run_close_logs(run);
@@ -336,7 +254,7 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
     if (!exists && from) { /* refused before the new run leaves anything behind */
         char dir[4096];
         mt_checkpoint *stored = NULL;
-        rc = open_resume(from, dir, sizeof dir, &stored);
+        rc = mt__resume_open(from, dir, sizeof dir, &stored);
         mt_checkpoint_free(&stored);
         if (rc) {
             snprintf(path, sizeof path, "%s/run.lock", ctx->run_dir);
