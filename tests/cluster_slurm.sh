@@ -95,20 +95,9 @@ jid=$(MT_TEST_COMMIT_PAUSE=$limit MT_TEST_COMMIT_PAUSE_AT=1 MT_TEST_COMMIT_RESUM
     --output="$jout" "$src/scripts/slurm/train.sbatch" --data "$data" \
     --storage-path "$tmp/runs" --steps-per-epoch 10 --epochs $epochs 2>"$err")
 d="$tmp/runs/mpitrain-$jid"
-# job_log LINE: wait until the job's output has LINE (while the job is queued or running)
-job_log() {
-    for _ in $(seq 1 $((limit * 10))); do
-        grep -q "$1" "$jout" 2>/dev/null && return 0
-        case "$(sl scontrol show job "$jid" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')" in
-        PENDING|CONFIGURING|RUNNING) ;; *) return 1 ;;
-        esac
-        sleep 0.1
-    done
-    return 1
-}
-job_log "test hook: pid [0-9]* pausing"
+slurm_log "$jid" "$jout" "test hook: pid [0-9]* pausing" sl
 sl scancel --signal=USR1 --batch "$jid"
-job_log "SIGUSR1: asking the job to checkpoint and stop"
+slurm_log "$jid" "$jout" "SIGUSR1: asking the job to checkpoint and stop" sl
 : >"$go"
 state_=""; ended=0; pending=0
 for _ in $(seq 1 $((limit * 5))); do

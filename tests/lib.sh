@@ -117,6 +117,20 @@ pids_gone() {
     done
     return 1
 }
+# slurm_log JOB FILE LINE [WRAPPER...]: waits until Slurm job JOB's output FILE has LINE (a
+# grep pattern); false once the job has ended without it, or after $limit s. WRAPPER runs
+# scontrol (the cluster tests' `cluster.sh run`)
+slurm_log() {
+    j=$1 f=$2 l=$3; shift 3
+    for _ in $(seq 1 $((limit * 10))); do
+        grep -q "$l" "$f" 2>/dev/null && return 0
+        case "$("$@" scontrol show job "$j" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')" in
+        PENDING|CONFIGURING|RUNNING) ;; *) return 1 ;;
+        esac
+        sleep 0.1
+    done
+    return 1
+}
 # slurm_conf DIR CLUSTER HOST PORT: DIR/slurm.conf with what the Slurm tests share:
 # slurmctld on HOST (Slurm's "name(address)" allowed) at PORT, slurmd at PORT + 1, both as
 # root, munge, and state, spool, pid and log files in DIR (a node's with its name, %n);
