@@ -153,5 +153,30 @@ idx_head() {
       printf "\\$(printf %03o $(($2 >> 8 & 255)))\\$(printf %03o $(($2 & 255)))"
       zcat "$1" | tail -c +9 | head -c $((4 * (nd - 1) + $2 * $3)); }
 }
+# pids_gone PIDFILE...: waits until no process that these files name runs (a missing file
+# names none); false after 20 s
+pids_gone() {
+    for _ in $(seq 1 400); do
+        alive=""
+        for f in "$@"; do [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && alive=1; done
+        [ -z "$alive" ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+# slurm_log JOB FILE LINE [WRAPPER...]: waits until Slurm job JOB's output FILE has LINE (a
+# grep pattern); false once the job has ended without it, or after $limit s. WRAPPER runs
+# scontrol (the cluster tests' `cluster.sh run`)
+slurm_log() {
+    j=$1 f=$2 l=$3; shift 3
+    for _ in $(seq 1 $((limit * 10))); do
+        grep -q "$l" "$f" 2>/dev/null && return 0
+        case "$("$@" scontrol show job "$j" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')" in
+        PENDING|CONFIGURING|RUNNING) ;; *) return 1 ;;
+        esac
+        sleep 0.1
+    done
+    return 1
+}
 # slurm_conf DIR CLUSTER HOST PORT and slurm_munge_start: scripts/slurm/conf.sh
 . "${top_srcdir:-.}/scripts/slurm/conf.sh"

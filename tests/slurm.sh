@@ -23,7 +23,7 @@ host=$(hostname)
 started_munge=0
 cleanup() {
     scontrol shutdown >/dev/null 2>&1
-    sleep 1
+    pids_gone "$tmp"/slurm*.pid
     for f in "$tmp"/slurm*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
     [ $started_munge -eq 1 ] && [ -f /run/munge/munged.pid ] && kill "$(cat /run/munge/munged.pid)" 2>/dev/null
     rm -rf "$tmp"
@@ -116,12 +116,20 @@ if [ $rc1 -ne 0 ] && [ $rc1 -ne 124 ] && [ $rc2 -ne 0 ] && [ $rc2 -ne 124 ] \
     ok "a request no node can satisfy: sbatch --test-only and a too-large --mem are refused with Slurm's reason"
 else bad "an unsatisfiable request (exits $rc1, $rc2)"; scancel "$(cat "$out")" 2>/dev/null; fi
 
-# preemption: SIGUSR1 to the batch script, a checkpoint, a requeue, a resume
-jid=$(MT_TRAINER="$b/tools/trainer" sbatch --parsable --ntasks=2 --output="$tmp/job-requeue.out" \
-    "$src/scripts/slurm/train.sbatch" $opts --epochs 40 2>"$err")
+# preemption: SIGUSR1 to the batch script, a checkpoint, a requeue, a resume. The job waits
+# for the test: rank 0 pauses inside the commit of checkpoint 1 until the batch script has
+# passed the signal on to srun, so the job stops with epochs to spare
+epochs=8
+go="$tmp/go"
+jout="$tmp/job-requeue.out"
+jid=$(MT_TEST_COMMIT_PAUSE=$limit MT_TEST_COMMIT_PAUSE_AT=1 MT_TEST_COMMIT_RESUME_FILE="$go" \
+    MT_TRAINER="$b/tools/trainer" sbatch --parsable --ntasks=2 --output="$jout" \
+    "$src/scripts/slurm/train.sbatch" $opts --epochs $epochs 2>"$err")
 d="$tmp/runs/mpitrain-$jid"
-for _ in $(seq 1 600); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.1; done
+slurm_log "$jid" "$jout" "test hook: pid [0-9]* pausing"
 scancel --signal=USR1 --batch "$jid"
+slurm_log "$jid" "$jout" "SIGUSR1: asking the job to checkpoint and stop"
+: >"$go"
 state=""; ended=0; pending=0
 for _ in $(seq 1 $((limit * 5))); do
     state=$(scontrol show job "$jid" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
@@ -138,11 +146,12 @@ for _ in $(seq 1 $((limit * 5))); do
 done
 cp "$tmp/job-requeue.out" "$out" 2>/dev/null
 its=$(sed -n 's/.*"training_iteration": *\([0-9]*\).*/\1/p' "$d/result.json" 2>/dev/null | tr '\n' ' ')
-want=$(seq 1 40 | tr '\n' ' ')
+want=$(seq 1 $epochs | tr '\n' ' ')
 attempts=$(sed -n 's/.*"attempts": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
+stopped=$(sed -n 's/.*resumed from .* (epoch \([0-9]*\) done).*/\1/p' "$out" | head -n 1)
 if [ "$state" = COMPLETED ] && grep -q "requeueing" "$out" && [ "$its" = "$want" ] \
     && [ "${attempts:-0}" -ge 2 ] && grep -q '"status": "finished"' "$d/run.json"; then
-    ok "SIGUSR1 to job $jid: checkpointed, requeued, resumed (attempts $attempts), 40 iterations once each"
+    ok "SIGUSR1 to job $jid: checkpointed, requeued, resumed after iteration ${stopped:-?} (attempts $attempts), $epochs iterations once each"
 else bad "requeue on SIGUSR1 (state '$state', attempts '$attempts', iterations '$its')"; fi
 
 finish
