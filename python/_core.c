@@ -631,7 +631,19 @@ static PyObject *py_set_total_iterations(PyObject *module, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* getenv(name) -> str or None: the C environment, where fit sets RANK, WORLD_SIZE, ...
+ * (os.environ is Python's copy from start-up and does not see them) */
+static PyObject *py_getenv(PyObject *module, PyObject *arg)
+{
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name)
+        return NULL;
+    const char *v = getenv(name);
+    return v ? PyUnicode_DecodeFSDefault(v) : Py_NewRef(Py_None);
+}
+
 static PyMethodDef core_methods[] = {
+    {"getenv", py_getenv, METH_O, "getenv(name): the C environment's value, or None."},
     {"init", py_init, METH_O, "init(argv): mt_init with this command line (once)."},
     {"finalize", py_finalize, METH_NOARGS, "finalize(): mt_finalize."},
     {"job_rank", py_job_rank, METH_NOARGS, "This process's rank in the job."},

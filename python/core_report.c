@@ -7,7 +7,10 @@
  * the report returns, its metadata). Ray lets every rank pass a checkpoint or only some
  * (rank 0) and the others None; mt_report wants one on every rank or on none. So one
  * small agreement goes first: the most any rank has ("a checkpoint", "this rank failed to
- * prepare its report"), and a rank without one passes an empty one. A rank that failed
+ * prepare its report", its number of arrays), and a rank without one passes an empty one.
+ * Arrays are the exception: mt_report wants the same arrays from every rank, so ranks whose
+ * checkpoints hold different numbers of arrays all get a MismatchError saying so (files
+ * and metadata may come from rank 0 alone). A rank that failed
  * to convert its metrics or build its checkpoint says so in the same agreement: every rank
  * raises (that rank its own error, the others PeerError naming it) and none is left
  * waiting in mt_report.
@@ -20,6 +23,7 @@
 #include "core.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -268,10 +272,21 @@ static PyObject *py_report(PyObject *module, PyObject *args)
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     if (local)
         PyErr_Fetch(&type, &value, &tb);
-    int32_t agree[2] = {ck != NULL, local ? mt_world_rank(c) + 1 : 0};
+    /* the most of: a checkpoint, a failing rank, its arrays (and the fewest, negated) */
+    int32_t narr = ck ? h.nviews : 0;
+    int32_t agree[4] = {ck != NULL, local ? mt_world_rank(c) + 1 : 0, narr, -narr};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = mt_allreduce(c, agree, 2, MT_I32, MT_MAX);
+    rc = mt_allreduce(c, agree, 4, MT_I32, MT_MAX);
+    if (!rc && !agree[1] && agree[2] != -agree[3]) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "report: the ranks' checkpoints hold different numbers of "
+                 "arrays (from %d to %d; this rank %d): arrays need a checkpoint from every "
+                 "rank with the same arrays (replicated ones: rank 0's copy is stored); a "
+                 "checkpoint of files and metadata only may come from some ranks, the others "
+                 "passing None", (int)-agree[3], (int)agree[2], (int)narr);
+        rc = mt_set_error(MT_EMISMATCH, msg);
+    }
     if (!rc && !agree[1] && agree[0] && !ck && !(ck = mt_checkpoint_new()))
         rc = mt_set_error(MT_ENOMEM, "report: out of memory for an empty checkpoint");
     Py_END_ALLOW_THREADS

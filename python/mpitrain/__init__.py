@@ -59,6 +59,8 @@ from ._core import (  # noqa: E402  (after the loader above)
 from ._collectives import allgather, allreduce, barrier, broadcast  # noqa: E402
 
 _initialised = False
+# whether the user set torch's / OpenMP's thread count (before fit sets it per worker)
+_user_threads = "OMP_NUM_THREADS" in os.environ
 # a process spawn mode started (set by the library in the children's environment)
 _spawned = "MT_SPAWN_BOARD" in os.environ
 

@@ -27,6 +27,10 @@ from ._config import DataConfig, RunConfig, ScalingConfig, to_c
 from ._result import Result, TrainingFailedError
 
 
+_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+        "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 class Preempted(SystemExit):
     """fit() stopped for a stop request after a checkpoint: the process exits with status 75
     (requeue it: the same command resumes). A SystemExit, so ``except Exception`` passes it."""
@@ -105,6 +109,12 @@ class DataParallelTrainer:
 
     def _run_worker(self) -> None:
         _session._current = _session._Session(self)
+        # what fit set in the C environment (RANK, WORLD_SIZE, ..., OMP_NUM_THREADS), into
+        # os.environ for Python code that reads it (torch.distributed's env:// rendezvous)
+        for k in _ENV:
+            v = _core.getenv(k)
+            if v is not None:
+                os.environ[k] = v
         try:
             self._worker_setup()
             try:

@@ -59,7 +59,9 @@ class TorchTrainer(DataParallelTrainer):
     def __init__(self, train_loop_per_worker, *, torch_config=None, **kwargs):
         super().__init__(train_loop_per_worker, **kwargs)
         self.torch_config = torch_config or TorchConfig()
-        self._user_threads = "OMP_NUM_THREADS" in os.environ
+        from ... import _user_threads
+
+        self._user_threads = _user_threads
 
     def _worker_setup(self) -> None:
         import torch
