@@ -2,8 +2,8 @@
 # The Python package (python/): its pytest files with the interpreter configure chose
 # (MT_PYTHON: Debian's, never a python3 without numpy that comes first on PATH), the build
 # tree as the package (PYTHONPATH=$b/python):
-#  - python/tests/test_api.py on every rank at once under mpirun at 1, 2 and 4 ranks, and
-#    as one process with no launcher: every API point, configs, collectives (mismatches
+#  - python/tests/test_api.py on every rank at once under mpirun at 1, 2 and 4 ranks (make
+#    check: 2), and as one process with no launcher: every API point, configs, collectives (mismatches
 #    included), checkpoints, retries, an exception on one rank, data, torch, 10,000 calls
 #    with flat memory;
 #  - python/tests/test_launch.py once: spawn mode, a killed worker, SIGTERM / Ctrl-C /
@@ -19,6 +19,7 @@ if [ -n "${MT_SANITIZED:-}" ]; then
     # preloaded into python itself; the C paths it calls are covered by the C suites
     echo "skipped: a sanitizer build (python3 itself is not instrumented)"; exit 77
 fi
+need_tier check
 scratch python
 src=$(cd "${top_srcdir:-.}/python/tests" && pwd)
 PYTHONPATH="$b/python"; export PYTHONPATH
@@ -61,7 +62,10 @@ record() {
 }
 opts="-p no:cacheprovider -o console_output_style=classic -rfE"
 
-for np in 1 2 4; do
+# make check: 2 ranks and no launcher; check-full: 1, 2 and 4 ranks too
+nps="2"
+tier full && nps="1 2 4"
+for np in $nps; do
     # every rank runs pytest; each writes its own log
     timeout -k 10 "$limit" mpirun --oversubscribe -np "$np" -x PYTHONPATH -x OPENBLAS_NUM_THREADS -x PYTHONDONTWRITEBYTECODE \
         -x MT_PYTEST_DATA -x MT_PYTEST_STORE -x MT_PYTEST_MODE="np$np" \
