@@ -45,6 +45,16 @@ const char *mt_last_error(void)
     return last_msg;
 }
 
+int mt_set_error(int code, const char *message)
+{
+    if (!message)
+        message = "";
+    size_t n = strlen(message);
+    if (n >= sizeof last_msg) /* the end says most: a traceback's last line is its error */
+        message += n - (sizeof last_msg - 1);
+    return mt__error(code, "%s", message);
+}
+
 int mt__verror(int code, const char *fmt, va_list ap)
 {
     /* through a copy: the arguments may include mt_last_error() itself */

@@ -92,6 +92,11 @@ MT_EXTERN const char *mt_strerror(int code);
 MT_EXTERN const char *mt_err_name(int code);
 /* Local. This thread's last detailed message; "" when none. */
 MT_EXTERN const char *mt_last_error(void);
+/* Local. Make message this thread's last error (what mt_last_error returns; cut at 2047
+ * bytes, keeping the end) and return code: for a training function that fails for a
+ * reason of its own, e.g. a binding whose function raised, so that the agreement carries
+ * the text to every rank, the run's error record and mt_result_error. NULL = "". */
+MT_EXTERN int mt_set_error(int code, const char *message);
 
 /* Exit statuses of mpitrain programs (and of the job, for MT_EXIT_STALLED and
  * MT_EXIT_LOST). */
@@ -491,6 +496,9 @@ MT_EXTERN int mt_metrics_get_i64(const mt_metrics *m, const char *key, int64_t *
 MT_EXTERN const char *mt_metrics_get_str(const mt_metrics *m, const char *key);
 /* Local. The number of keys, and the i-th in insertion order (NULL out of range). */
 MT_EXTERN size_t mt_metrics_count(const mt_metrics *m);
+/* Local. The type a key holds (MT_METRIC_NONE when absent, or m or key is NULL). */
+typedef enum { MT_METRIC_NONE = 0, MT_METRIC_F64, MT_METRIC_I64, MT_METRIC_STR } mt_metric_type;
+MT_EXTERN mt_metric_type mt_metrics_type(const mt_metrics *m, const char *key);
 MT_EXTERN const char *mt_metrics_key(const mt_metrics *m, size_t i);
 
 /* Collective: every rank calls it once per iteration. Every rank's metrics go to rank 0;
@@ -509,6 +517,11 @@ MT_EXTERN bool mt_should_checkpoint(const mt_context *c);
 /* Local (call it with the same n on every rank). Announces the last training_iteration, so
  * that checkpoint.at_end makes mt_should_checkpoint true for that report. */
 MT_EXTERN void mt_set_total_iterations(mt_context *c, int64_t n);
+/* Local, async-signal-safe. What SIGTERM or SIGUSR1 does while a fit runs: a stop request
+ * the next report shares with every rank (then mt_should_checkpoint is true, and the report
+ * that commits the next checkpoint returns MT_ESTOP). For a program that takes another
+ * signal or event as a stop (a binding's Ctrl-C). Ignored outside a fit. */
+MT_EXTERN void mt_request_stop(void);
 
 /* ---------------------------------------------------------------- checkpoints */
 
@@ -563,6 +576,11 @@ MT_EXTERN const char *mt_checkpoint_get_meta(const mt_checkpoint *ck, const char
  * mt_checkpoint_get_meta: no conversion), or ck, key or out is NULL. */
 MT_EXTERN int mt_checkpoint_get_meta_i64(const mt_checkpoint *ck, const char *key, int64_t *out);
 MT_EXTERN int mt_checkpoint_get_meta_f64(const mt_checkpoint *ck, const char *key, double *out);
+/* Local. A stored array's dtype and layout (as given to mt_checkpoint_put); either pointer
+ * may be NULL. MT_ENOTFOUND for a name the checkpoint lacks, MT_EINVAL for NULL ck or name
+ * or a checkpoint being built. */
+MT_EXTERN int mt_checkpoint_array_type(const mt_checkpoint *ck, const char *name,
+                                       mt_dtype *dtype, mt_layout *layout);
 /* Local. The checkpoint's folder (NULL for one being built). */
 MT_EXTERN const char *mt_checkpoint_path(const mt_checkpoint *ck);
 

@@ -266,6 +266,26 @@ int mt_checkpoint_dims(const mt_checkpoint *ck, const char *name, int *ndim, siz
     return MT_OK;
 }
 
+int mt_checkpoint_array_type(const mt_checkpoint *ck, const char *name, mt_dtype *dtype,
+                             mt_layout *layout)
+{
+    if (!mt__ck_ok(ck, "mt_checkpoint_array_type"))
+        return MT_EINVAL;
+    if (!name)
+        return mt__error(MT_EINVAL, "mt_checkpoint_array_type: name is NULL");
+    if (ck->kind != MT__CK_STORED)
+        return mt__error(MT_EINVAL, "mt_checkpoint_array_type: the checkpoint is one being "
+                                    "built, not a stored one");
+    const mt__ckpt_array *a = stored_array(ck, name);
+    if (!a)
+        return mt__error(MT_ENOTFOUND, "checkpoint %s has no array %s", mt__ck_where(ck), name);
+    if (dtype)
+        *dtype = a->dtype;
+    if (layout)
+        *layout = a->layout == MT_SHARDED ? MT_SHARDED : MT_REPLICATED;
+    return MT_OK;
+}
+
 typedef struct {
     char *out;
     mt_dtype to, from;

@@ -209,6 +209,15 @@ const char *mt_metrics_get_str(const mt_metrics *m, const char *key)
     return e && e->type == MT__METRIC_STR ? e->s : NULL;
 }
 
+mt_metric_type mt_metrics_type(const mt_metrics *m, const char *key)
+{
+    const mt__metric *e = m && key ? mt__metrics_find(m, key) : NULL;
+    if (!e)
+        return MT_METRIC_NONE;
+    return e->type == MT__METRIC_STR ? MT_METRIC_STR
+         : e->type == MT__METRIC_I64 ? MT_METRIC_I64 : MT_METRIC_F64;
+}
+
 size_t mt_metrics_count(const mt_metrics *m)
 {
     return m ? (size_t)m->n : 0;

@@ -41,6 +41,11 @@ void mt__signals_restore(void)
     installed = false;
 }
 
+void mt_request_stop(void)
+{
+    stop_flag = 1; /* fit's mt__signals_install clears it: outside a fit it does nothing */
+}
+
 bool mt__stop_signalled(void)
 {
     return stop_flag != 0;

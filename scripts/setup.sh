@@ -2,16 +2,19 @@
 # scripts/setup.sh [--example] [--slurm] [--bench] [--fuzz]: install what mpitrain needs from Debian's
 # package archive, only what is missing (idempotent; needs root or sudo on Debian 12).
 #   base:      compilers and libraries to build and test (Open MPI, parallel HDF5,
-#              CUnit, jansson, OpenBLAS, autotools; iproute2 for the emulated cluster)
+#              CUnit, jansson, OpenBLAS, autotools; iproute2 for the emulated cluster;
+#              Debian's python3 with numpy, its headers, pytest, pandas, h5py and torch for
+#              the Python package and its tests)
 #   --example: the Fashion-MNIST data set and gnuplot, for the example job
 #   --slurm:   slurm-wlm and munge (the Slurm tests; for a one-node Slurm on this machine,
 #              where the sbatch lines of docs/clusters.md work: scripts/slurm/local.sh up)
-#   --bench:   PyTorch (python3-torch), the DDP baseline of the benchmarks (ddp_mlp.py,
+#   --bench:   PyTorch (python3-torch, in base too), the DDP baseline of the benchmarks (ddp_mlp.py,
 #              cluster_bench.sh); the tests do not need it
 #   --fuzz:    AFL++, for fuzz/run.sh (not needed by the build or the tests)
 set -eu
 pkgs="build-essential openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libcunit1-dev
-      libjansson-dev zlib1g-dev libisal-dev libopenblas-dev autoconf automake libtool pkg-config iproute2"
+      libjansson-dev zlib1g-dev libisal-dev libopenblas-dev autoconf automake libtool pkg-config iproute2
+      python3-numpy python3-dev python3-pytest python3-pandas python3-h5py python3-torch"
 for arg in "$@"; do
     case "$arg" in
     --example) pkgs="$pkgs dataset-fashion-mnist gnuplot-nox" ;;

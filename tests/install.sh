@@ -2,7 +2,9 @@
 # Install and build README's demo against the installed library, as users do:
 #  1. (make check) this build's `make install` into a DESTDIR, then
 #       mpicc demo.c $(pkg-config --cflags --libs mpitrain)
-#     and a run at 2 ranks (with this build's sanitizer flags, if any);
+#     and a run at 2 ranks (with this build's sanitizer flags, if any); and the Python
+#     package, installed in the directory its interpreter reads, imported from there and
+#     run at 2 ranks.
 #     Also (make check, in a git checkout): README's build line up to its configure, in a
 #     copy of the repository's files as a fresh clone has them (no configure script).
 #  2. (tests/install.sh --installed, from make installcheck, so in make distcheck: after
@@ -61,6 +63,30 @@ if [ "${1:-}" != --installed ]; then
             && demo_ran "$tmp/results"; then
             ok "make install DESTDIR=...: README's demo builds with pkg-config and runs at 2 ranks"
         else bad "README's demo against the DESTDIR install"; fi
+        # the Python package: installed where the interpreter configure chose reads it
+        # (dist-packages for Debian's), imported from there, not from the build tree
+        if [ -n "${MT_PYTHON:-}" ] && [ -z "${MT_SAN_FLAGS:-}" ]; then
+            pkg=$(find "$tmp/root" -path '*-packages/mpitrain/__init__.py' | head -n 1)
+            site=$(dirname "$(dirname "${pkg:-/nonexistent/x/y}")")
+            cat >"$tmp/snippet.py" <<'PY'
+import os, mpitrain
+from mpitrain import train
+from mpitrain.train import RunConfig, ScalingConfig
+def train_func():
+    train.report({"world": train.get_context().get_world_size()})
+r = train.torch.TorchTrainer(train_func, scaling_config=ScalingConfig(num_workers=2),
+                             run_config=RunConfig(name="py", storage_path=os.environ["MT_STORAGE_PATH"])).fit()
+print("PY-OK", r.metrics["world"], mpitrain.__file__)
+PY
+            if [ -n "$pkg" ] && [ -f "$site/mpitrain/_core.so" ] \
+                && "$MT_PYTHON" -c "import sys; sys.exit(0 if '$(echo "$site" | sed "s|^$tmp/root||")' in sys.path else 1)" \
+                && (cd "$tmp" && PYTHONPATH="$site" LD_LIBRARY_PATH="$root_prefix/lib" MT_STORAGE_PATH="$tmp/results" \
+                    "$src/tests/mpirun.sh" 2 -x PYTHONPATH -x LD_LIBRARY_PATH -x MT_STORAGE_PATH \
+                    "$MT_PYTHON" "$tmp/snippet.py") >"$out" 2>"$err" \
+                && [ "$(grep -c "^PY-OK 2 $site/mpitrain/__init__.py" "$out")" -eq 2 ]; then
+                ok "make install DESTDIR=...: the Python package is in $(echo "$site" | sed "s|^$tmp/root||") (on $MT_PYTHON's sys.path) and the installed copy trains at 2 ranks"
+            else bad "the installed Python package (${pkg:-none found under $tmp/root})"; fi
+        fi
     else bad "make install DESTDIR=$tmp/root"; fi
     finish
 fi

@@ -451,6 +451,21 @@ static void test_checkpoint_file_bounds(void)
     size_t dims[8];
     MT_ASSERT_INT_EQ(mt_checkpoint_dims(stored, longname, &nd, dims), MT_OK);
     MT_ASSERT_INT_EQ(nd, 8);
+    /* the stored type and layout, for a reader that allocates before mt_checkpoint_get */
+    mt_dtype t = 0;
+    mt_layout l = MT_SHARDED;
+    MT_ASSERT_INT_EQ(mt_checkpoint_array_type(stored, longname, &t, &l), MT_OK);
+    MT_ASSERT_INT_EQ(t, MT_U8);
+    MT_ASSERT_INT_EQ(l, MT_REPLICATED);
+    MT_ASSERT_INT_EQ(mt_checkpoint_array_type(stored, longname, NULL, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(mt_checkpoint_array_type(stored, "absent", &t, &l), MT_ENOTFOUND);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "has no array absent");
+    MT_ASSERT_INT_EQ(mt_checkpoint_array_type(stored, NULL, &t, &l), MT_EINVAL);
+    MT_ASSERT_INT_EQ(mt_checkpoint_array_type(NULL, longname, &t, &l), MT_EINVAL);
+    mt_checkpoint *building = mt_checkpoint_new();
+    MT_ASSERT_INT_EQ(mt_checkpoint_array_type(building, longname, &t, &l), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "being built");
+    mt_checkpoint_free(&building);
     mt_checkpoint_free(&stored);
 }
 

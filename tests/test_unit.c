@@ -414,6 +414,23 @@ static void test_trainer_outside_mpi(void)
 
 /* ------------------------------------------------------------ metrics */
 
+/* mt_set_error: a binding's own message becomes the last error; a long one keeps its end */
+static void test_set_error(void)
+{
+    MT_ASSERT_INT_EQ(mt_set_error(MT_EINVAL, "Traceback: ValueError: bad"), MT_EINVAL);
+    MT_ASSERT_STR_EQ(mt_last_error(), "Traceback: ValueError: bad");
+    MT_ASSERT_INT_EQ(mt_set_error(MT_EIO, NULL), MT_EIO);
+    MT_ASSERT_STR_EQ(mt_last_error(), "");
+    char big[5000];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    memcpy(big + sizeof big - 6, "END\n!", 5);
+    mt_set_error(MT_EINVAL, big);
+    MT_ASSERT_INT_EQ(strlen(mt_last_error()), MT__MSG_LEN - 1);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "aEND\n!");
+    mt_request_stop(); /* outside a fit: nothing to stop, no crash */
+}
+
 static void test_metrics(void)
 {
     mt_metrics *m = mt_metrics_new();
@@ -436,6 +453,13 @@ static void test_metrics(void)
     MT_ASSERT_STR_EQ(mt_metrics_get_str(m, "val/name"), "x");
     MT_ASSERT_INT_EQ(mt_metrics_set_str(m, "s", NULL), MT_EINVAL);
     MT_ASSERT_INT_EQ(mt_metrics_set_f64(NULL, "a", 1), MT_EINVAL);
+    /* the type each key holds, for bindings that give numbers back as int or float */
+    MT_ASSERT_INT_EQ(mt_metrics_type(m, "loss"), MT_METRIC_F64);
+    MT_ASSERT_INT_EQ(mt_metrics_type(m, "step"), MT_METRIC_I64);
+    MT_ASSERT_INT_EQ(mt_metrics_type(m, "val/name"), MT_METRIC_STR);
+    MT_ASSERT_INT_EQ(mt_metrics_type(m, "absent"), MT_METRIC_NONE);
+    MT_ASSERT_INT_EQ(mt_metrics_type(NULL, "loss"), MT_METRIC_NONE);
+    MT_ASSERT_INT_EQ(mt_metrics_type(m, NULL), MT_METRIC_NONE);
     /* the wire encoding and the JSON form round-trip */
     char *enc;
     size_t len;
@@ -991,6 +1015,7 @@ static void test_stale_shm(void)
 static const mt_test tests[] = {
     {"format_doubles", test_format_doubles},
     {"metrics", test_metrics},
+    {"set_error", test_set_error},
     {"retention_vectors", test_retention_vectors},
     {"error_table", test_error_table},
     {"last_error_per_thread", test_last_error_per_thread},

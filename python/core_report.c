@@ -1,0 +1,481 @@
+/*
+ * core_report.c -- report and the collectives for Python.
+ *
+ * report(metrics, checkpoint): the metrics dict becomes an mt_metrics (nested dicts
+ * flattened with '/', as the library nests keys), the checkpoint spec an mt_checkpoint
+ * built on this rank (its files, its arrays borrowed through the buffer protocol until
+ * the report returns, its metadata). Ray lets every rank pass a checkpoint or only some
+ * (rank 0) and the others None; mt_report wants one on every rank or on none. So one
+ * small agreement goes first: the most any rank has ("a checkpoint", "this rank failed to
+ * prepare its report", its number of arrays), and a rank without one passes an empty one.
+ * Arrays are the exception: mt_report wants the same arrays from every rank, so ranks whose
+ * checkpoints hold different numbers of arrays all get a MismatchError saying so (files
+ * and metadata may come from rank 0 alone). A rank that failed
+ * to convert its metrics or build its checkpoint says so in the same agreement: every rank
+ * raises (that rank its own error, the others PeerError naming it) and none is left
+ * waiting in mt_report.
+ *
+ * Collectives take any C-contiguous buffer (numpy arrays; torch CPU tensors through
+ * .numpy()) in place, with the GIL released while they wait. Arrays of more than one
+ * dimension agree on their shape too (one more small collective), so that (2, 3) against
+ * (3, 2) is a MismatchError on every rank, not a silent reshaping.
+ */
+#include "core.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static mt_py_state *state(PyObject *module)
+{
+    return mt_py_state_of(module);
+}
+
+/* ---------------------------------------------------------------- metrics */
+
+static int put_metric(mt_metrics *m, const char *key, PyObject *v, mt_py_state *st)
+{
+    int rc;
+    if (PyBool_Check(v) || PyLong_Check(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow)
+            rc = mt_metrics_set_f64(m, key, PyLong_AsDouble(v));
+        else
+            rc = mt_metrics_set_i64(m, key, (int64_t)x);
+    } else if (PyFloat_Check(v)) {
+        rc = mt_metrics_set_f64(m, key, PyFloat_AS_DOUBLE(v));
+    } else if (PyUnicode_Check(v)) {
+        const char *s = PyUnicode_AsUTF8(v);
+        if (!s)
+            return -1;
+        rc = mt_metrics_set_str(m, key, s);
+    } else if (PyIndex_Check(v)) { /* numpy integers */
+        PyObject *i = PyNumber_Index(v);
+        if (!i)
+            return -1;
+        rc = put_metric(m, key, i, st);
+        Py_DECREF(i);
+        return rc;
+    } else if (Py_TYPE(v)->tp_as_number && Py_TYPE(v)->tp_as_number->nb_float) {
+        double x = PyFloat_AsDouble(v); /* numpy floats, 0-d arrays, torch scalars */
+        if (x == -1.0 && PyErr_Occurred())
+            return -1;
+        rc = mt_metrics_set_f64(m, key, x);
+    } else {
+        PyErr_Format(PyExc_TypeError, "report: metric \"%s\" is a %s; metrics are numbers, "
+                     "str or dicts of them", key, Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    if (rc) {
+        mt_py_raise(st, rc);
+        return -1;
+    }
+    return 0;
+}
+
+static int put_dict(mt_metrics *m, PyObject *d, const char *prefix, mt_py_state *st)
+{
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        const char *key = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+        if (!key) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "report: metric keys are str (got %R)", k);
+            return -1;
+        }
+        char full[512];
+        if (prefix)
+            snprintf(full, sizeof full, "%s/%s", prefix, key);
+        else
+            snprintf(full, sizeof full, "%s", key);
+        if (PyDict_Check(v) ? put_dict(m, v, full, st) : put_metric(m, full, v, st))
+            return -1;
+    }
+    return 0;
+}
+
+PyObject *mt_py_metrics_dict(const mt_metrics *m)
+{
+    PyObject *d = PyDict_New();
+    size_t n = mt_metrics_count(m);
+    for (size_t i = 0; d && i < n; i++) {
+        const char *key = mt_metrics_key(m, i);
+        PyObject *v = NULL;
+        switch (mt_metrics_type(m, key)) {
+        case MT_METRIC_I64: {
+            int64_t x = 0;
+            mt_metrics_get_i64(m, key, &x);
+            v = PyLong_FromLongLong((long long)x);
+            break;
+        }
+        case MT_METRIC_F64: {
+            double x = 0;
+            mt_metrics_get_f64(m, key, &x);
+            v = PyFloat_FromDouble(x);
+            break;
+        }
+        case MT_METRIC_STR:
+            v = PyUnicode_FromString(mt_metrics_get_str(m, key));
+            break;
+        default:
+            v = Py_NewRef(Py_None);
+        }
+        if (!v || PyDict_SetItemString(d, key, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+/* ---------------------------------------------------------------- checkpoint spec */
+
+#define MAX_ARRAYS 4096
+
+typedef struct {
+    Py_buffer views[MAX_ARRAYS];
+    int nviews;
+} held;
+
+static void held_release(held *h)
+{
+    for (int i = 0; i < h->nviews; i++)
+        PyBuffer_Release(&h->views[i]);
+    h->nviews = 0;
+}
+
+static int ck_fail(mt_py_state *st, int rc)
+{
+    mt_py_raise(st, rc);
+    return -1;
+}
+
+/* spec: (files [(name, path)], arrays [(name, buffer, sharded)], meta [(key, value)]) */
+static int build_checkpoint(mt_checkpoint *ck, PyObject *spec, held *h, mt_py_state *st)
+{
+    PyObject *files, *arrays, *meta;
+    if (!PyArg_ParseTuple(spec, "OOO;a checkpoint spec is (files, arrays, metadata)", &files,
+                          &arrays, &meta))
+        return -1;
+    PyObject *it;
+    for (Py_ssize_t i = 0; i < PyList_Size(files); i++) {
+        const char *name, *path;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(files, i), "ss", &name, &path))
+            return -1;
+        int rc = mt_checkpoint_add_file(ck, name, path);
+        if (rc)
+            return ck_fail(st, rc);
+    }
+    for (Py_ssize_t i = 0; i < PyList_Size(arrays); i++) {
+        const char *name;
+        PyObject *obj;
+        int sharded;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(arrays, i), "sOp", &name, &obj, &sharded))
+            return -1;
+        if (h->nviews == MAX_ARRAYS) {
+            PyErr_Format(PyExc_ValueError, "checkpoint: more than %d arrays", MAX_ARRAYS);
+            return -1;
+        }
+        Py_buffer *v = &h->views[h->nviews];
+        if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            return -1;
+        h->nviews++;
+        char what[300];
+        snprintf(what, sizeof what, "checkpoint array \"%s\"", name);
+        mt_dtype t = mt_py_dtype_of(v, what);
+        if (!t)
+            return -1;
+        if (v->ndim > 8 || (sharded && v->ndim < 1)) {
+            PyErr_Format(PyExc_ValueError, "%s: %d dimensions (%s)", what, v->ndim,
+                         sharded ? "a sharded array needs 1 to 8" : "at most 8");
+            return -1;
+        }
+        size_t dims[8] = {1};
+        int nd = v->ndim ? v->ndim : 1; /* a 0-d array: one element */
+        for (int d = 0; d < v->ndim; d++)
+            dims[d] = (size_t)v->shape[d];
+        int rc = mt_checkpoint_put(ck, name, t, nd, dims, v->buf,
+                                   sharded ? MT_SHARDED : MT_REPLICATED);
+        if (rc)
+            return ck_fail(st, rc);
+    }
+    it = PyObject_GetIter(meta);
+    if (!it)
+        return -1;
+    PyObject *item;
+    while ((item = PyIter_Next(it))) {
+        const char *key;
+        PyObject *val;
+        int rc = 0;
+        if (!PyArg_ParseTuple(item, "sO", &key, &val)) {
+            Py_DECREF(item);
+            Py_DECREF(it);
+            return -1;
+        }
+        if (PyUnicode_Check(val)) {
+            const char *s = PyUnicode_AsUTF8(val);
+            rc = s ? mt_checkpoint_set_meta(ck, key, s) : MT_EINVAL;
+        } else if (PyLong_Check(val) && !PyBool_Check(val)) {
+            long long x = PyLong_AsLongLong(val);
+            rc = PyErr_Occurred() ? MT_EINVAL : mt_checkpoint_set_meta_i64(ck, key, x);
+        } else if (PyFloat_Check(val)) {
+            rc = mt_checkpoint_set_meta_f64(ck, key, PyFloat_AS_DOUBLE(val));
+        } else {
+            PyErr_Format(PyExc_TypeError, "checkpoint metadata \"%s\": %s is not str, int or "
+                         "float", key, Py_TYPE(val)->tp_name);
+        }
+        Py_DECREF(item);
+        if (PyErr_Occurred() || rc) {
+            Py_DECREF(it);
+            return PyErr_Occurred() ? -1 : ck_fail(st, rc);
+        }
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* report(metrics, spec, an exception instance or None): Collective. Raises StopTraining once a stop request
+ * ended the run after this report's checkpoint. */
+static PyObject *py_report(PyObject *module, PyObject *args)
+{
+    mt_py_state *st = state(module);
+    PyObject *metrics, *spec;
+    if (!PyArg_ParseTuple(args, "OO:report", &metrics, &spec))
+        return NULL;
+    mt_context *c = mt_py_context(st, "report");
+    if (!c)
+        return NULL;
+    static held h; /* one report at a time: fit runs in one thread */
+    /* an exception instance for spec: preparing the checkpoint failed in Python already */
+    int failed = PyExceptionInstance_Check(spec);
+    mt_metrics *m = mt_metrics_new();
+    mt_checkpoint *ck = spec != Py_None && !failed ? mt_checkpoint_new() : NULL;
+    int local = 0;
+    if (failed) {
+        PyErr_SetObject((PyObject *)Py_TYPE(spec), spec);
+        local = -1;
+    } else if (!m || (spec != Py_None && !ck)) {
+        PyErr_NoMemory();
+        local = -1;
+    } else if (!PyDict_Check(metrics)) {
+        PyErr_Format(PyExc_TypeError, "report: metrics must be a dict (got %s)",
+                     Py_TYPE(metrics)->tp_name);
+        local = -1;
+    } else if (put_dict(m, metrics, NULL, st) || (ck && build_checkpoint(ck, spec, &h, st)))
+        local = -1;
+    /* this rank's exception, if any, waits until every rank knows */
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (local)
+        PyErr_Fetch(&type, &value, &tb);
+    /* the most of: a checkpoint, a failing rank, its arrays (and the fewest, negated) */
+    int32_t narr = ck ? h.nviews : 0;
+    int32_t agree[4] = {ck != NULL, local ? mt_world_rank(c) + 1 : 0, narr, -narr};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = mt_allreduce(c, agree, 4, MT_I32, MT_MAX);
+    if (!rc && !agree[1] && agree[2] != -agree[3]) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "report: the ranks' checkpoints hold different numbers of "
+                 "arrays (from %d to %d; this rank %d): arrays need a checkpoint from every "
+                 "rank with the same arrays (replicated ones: rank 0's copy is stored); a "
+                 "checkpoint of files and metadata only may come from some ranks, the others "
+                 "passing None", (int)-agree[3], (int)agree[2], (int)narr);
+        rc = mt_set_error(MT_EMISMATCH, msg);
+    }
+    if (!rc && !agree[1] && agree[0] && !ck && !(ck = mt_checkpoint_new()))
+        rc = mt_set_error(MT_ENOMEM, "report: out of memory for an empty checkpoint");
+    Py_END_ALLOW_THREADS
+    PyObject *out = NULL;
+    if (local) {
+        PyErr_Restore(type, value, tb); /* this rank's own error */
+        if (rc)                          /* ... unless the agreement failed itself */
+            PyErr_Clear(), mt_py_raise(st, rc);
+    } else if (rc) {
+        mt_py_raise(st, rc);
+    } else if (agree[1]) {
+        mt_set_error(MT_EPEER, "");
+        PyErr_Format(st->errors[-MT_EPEER - 1], "report: rank %d failed to prepare its report "
+                     "(its metrics or checkpoint); see that rank's error", agree[1] - 1);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = mt_report(c, m, ck);
+        Py_END_ALLOW_THREADS
+        if (rc == MT_ESTOP)
+            PyErr_SetString(st->stop_training, mt_last_error());
+        else if (rc)
+            mt_py_raise(st, rc);
+        else
+            out = Py_NewRef(Py_None);
+    }
+    held_release(&h);
+    mt_metrics_free(&m);
+    mt_checkpoint_free(&ck);
+    return out;
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+static const char *op_names[] = {"sum", "mean", "min", "max"};
+
+/* Agree on the shape of an n-d buffer: a MismatchError on every rank when they differ. */
+static int agree_shape(mt_py_state *st, mt_context *c, const Py_buffer *v, const char *what)
+{
+    if (v->ndim <= 1)
+        return 0;
+    uint64_t hsh = 1469598103934665603ull;
+    for (int d = 0; d < v->ndim; d++)
+        hsh = (hsh ^ (uint64_t)v->shape[d]) * 1099511628211ull;
+    int64_t x[2] = {(int64_t)(hsh >> 1), -(int64_t)(hsh >> 1)};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = mt_allreduce(c, x, 2, MT_I64, MT_MAX);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        mt_py_raise(st, rc);
+        return -1;
+    }
+    if (x[0] != -x[1]) {
+        PyObject *shape = PyTuple_New(v->ndim);
+        for (int d = 0; shape && d < v->ndim; d++)
+            PyTuple_SET_ITEM(shape, d, PyLong_FromSsize_t(v->shape[d]));
+        mt_set_error(MT_EMISMATCH, "");
+        PyErr_Format(st->errors[-MT_EMISMATCH - 1], "%s: the ranks passed arrays of the same "
+                     "size but different shapes (this rank: %R)", what, shape);
+        Py_XDECREF(shape);
+        return -1;
+    }
+    return 0;
+}
+
+static int get_buffer(PyObject *obj, Py_buffer *v, int writable, const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, v, flags) == 0)
+        return 0;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_Format(PyExc_TypeError, "%s: needs a %sC-contiguous array (numpy array or torch CPU "
+                 "tensor), got %s", what, writable ? "writable " : "", Py_TYPE(obj)->tp_name);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return -1;
+}
+
+/* allreduce(buffer, op): Collective, in place. */
+static PyObject *py_allreduce(PyObject *module, PyObject *args)
+{
+    mt_py_state *st = state(module);
+    PyObject *obj;
+    int op;
+    if (!PyArg_ParseTuple(args, "Oi:allreduce", &obj, &op))
+        return NULL;
+    if (op < MT_SUM || op > MT_MAX)
+        return PyErr_Format(PyExc_ValueError, "allreduce: unknown op %d", op);
+    mt_context *c = mt_py_context(st, "allreduce");
+    Py_buffer v;
+    if (!c || get_buffer(obj, &v, 1, "allreduce"))
+        return NULL;
+    mt_dtype t = mt_py_dtype_of(&v, "allreduce");
+    PyObject *out = NULL;
+    if (t && !agree_shape(st, c, &v, "allreduce")) {
+        int rc;
+        size_t n = (size_t)(v.len / v.itemsize);
+        Py_BEGIN_ALLOW_THREADS
+        rc = mt_allreduce(c, v.buf, n, t, (mt_op)op);
+        Py_END_ALLOW_THREADS
+        out = rc ? mt_py_raise(st, rc) : Py_NewRef(obj);
+    }
+    (void)op_names;
+    PyBuffer_Release(&v);
+    return out;
+}
+
+/* broadcast(buffer, root): Collective, in place. */
+static PyObject *py_broadcast(PyObject *module, PyObject *args)
+{
+    mt_py_state *st = state(module);
+    PyObject *obj;
+    int root;
+    if (!PyArg_ParseTuple(args, "Oi:broadcast", &obj, &root))
+        return NULL;
+    mt_context *c = mt_py_context(st, "broadcast");
+    Py_buffer v;
+    if (!c || get_buffer(obj, &v, 1, "broadcast"))
+        return NULL;
+    mt_dtype t = mt_py_dtype_of(&v, "broadcast");
+    PyObject *out = NULL;
+    if (t && !agree_shape(st, c, &v, "broadcast")) {
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = mt_broadcast(c, v.buf, (size_t)(v.len / v.itemsize), t, root);
+        Py_END_ALLOW_THREADS
+        out = rc ? mt_py_raise(st, rc) : Py_NewRef(obj);
+    }
+    PyBuffer_Release(&v);
+    return out;
+}
+
+/* allgather(send, recv): Collective; recv holds world_size times send, in rank order. */
+static PyObject *py_allgather(PyObject *module, PyObject *args)
+{
+    mt_py_state *st = state(module);
+    PyObject *send, *recv;
+    if (!PyArg_ParseTuple(args, "OO:allgather", &send, &recv))
+        return NULL;
+    mt_context *c = mt_py_context(st, "allgather");
+    Py_buffer s, r;
+    if (!c || get_buffer(send, &s, 0, "allgather"))
+        return NULL;
+    if (get_buffer(recv, &r, 1, "allgather (out)")) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    mt_dtype t = mt_py_dtype_of(&s, "allgather"), tr = t ? mt_py_dtype_of(&r, "allgather") : 0;
+    size_t n = (size_t)(s.len / (s.itemsize ? s.itemsize : 1));
+    if (t && tr && tr != t)
+        PyErr_SetString(PyExc_TypeError, "allgather: out has another element type than the input");
+    else if (t && tr && (size_t)r.len != (size_t)s.len * (size_t)mt_world_size(c))
+        PyErr_Format(PyExc_ValueError, "allgather: out holds %zd bytes, needs world_size (%d) x "
+                     "%zd", r.len, mt_world_size(c), s.len);
+    else if (t && tr && !agree_shape(st, c, &s, "allgather")) {
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = mt_allgather(c, s.buf, r.buf, n, t);
+        Py_END_ALLOW_THREADS
+        out = rc ? mt_py_raise(st, rc) : Py_NewRef(recv);
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&r);
+    return out;
+}
+
+static PyObject *py_barrier(PyObject *module, PyObject *unused)
+{
+    mt_py_state *st = state(module);
+    mt_context *c = mt_py_context(st, "barrier");
+    if (!c)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = mt_barrier(c);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return mt_py_raise(st, rc);
+    Py_RETURN_NONE;
+}
+
+PyMethodDef mt_py_report_methods[] = {
+    {"report", py_report, METH_VARARGS, "report(metrics, spec) (collective)."},
+    {"allreduce", py_allreduce, METH_VARARGS, "allreduce(buffer, op) in place (collective)."},
+    {"broadcast", py_broadcast, METH_VARARGS, "broadcast(buffer, root) in place (collective)."},
+    {"allgather", py_allgather, METH_VARARGS, "allgather(send, recv) (collective)."},
+    {"barrier", py_barrier, METH_NOARGS, "barrier() (collective)."},
+    {NULL, NULL, 0, NULL},
+};

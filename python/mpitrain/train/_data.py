@@ -1,0 +1,148 @@
+"""Dataset shards: train.get_dataset_shard(name) gives this rank's rows of a dataset (an
+HDF5 group whose columns share their first dimension), read in parallel by the C library.
+
+    shard = train.get_dataset_shard("train")
+    for epoch in range(3):
+        for batch in shard.iter_batches(batch_size=64, shuffle=True, seed=1):
+            x, y = batch["x"], batch["y"]          # numpy arrays, rows first
+
+Each iter_batches call is the next epoch (a new shuffle, the same on every rank, when asked);
+every rank gets the same number of batches. Batches are views of the library's memory
+(read-only numpy arrays, no copy) when the column is read as one of uint8, int32, int64,
+float32 or float64 (the stored type, or one given in ``dtypes``), and copies for other
+dtypes. A view is valid until the next batch is drawn and never after fit() returns: copy
+what you keep (``x.copy()``).
+"""
+from typing import Dict, Iterator, Optional, Union
+
+import numpy as np
+
+from .. import _core
+
+_C_OF = {np.dtype(np.uint8): _core.U8, np.dtype(np.int32): _core.I32,
+         np.dtype(np.int64): _core.I64, np.dtype(np.float32): _core.F32,
+         np.dtype(np.float64): _core.F64}
+_NP_OF = {v: k for k, v in _C_OF.items()}
+
+
+class DataIterator:
+    """This rank's shard of a dataset (Ray's DataIterator)."""
+
+    def __init__(self, name: str, shard):
+        self.name = name
+        self._s = shard
+        self._epoch = 0
+        cols = shard.columns()
+        self._names = [c[0] for c in cols]
+        self._shapes = {c[0]: tuple(c[1]) for c in cols}
+        self._stored = {c[0]: _NP_OF[c[2]] for c in cols}
+
+    def __repr__(self) -> str:
+        return f"DataIterator({self.name!r}, rows={self.count()}, columns={self._names})"
+
+    def count(self) -> int:
+        """Rows this rank sees per epoch."""
+        return self._s.rows
+
+    num_rows = property(count)
+
+    @property
+    def dropped_rows(self) -> int:
+        """Rows left out so that every rank has as many (the same on every rank)."""
+        return self._s.dropped_rows
+
+    @property
+    def columns(self):
+        return list(self._names)
+
+    @property
+    def column_shapes(self) -> Dict[str, tuple]:
+        """Each column's shape on this rank (rows first)."""
+        return dict(self._shapes)
+
+    @property
+    def column_dtypes(self) -> Dict[str, np.dtype]:
+        """Each column's stored dtype."""
+        return dict(self._stored)
+
+    def _set_dtypes(self, dtypes) -> Dict[str, np.dtype]:
+        """The dtype each column is read as in C, and those converted in Python after."""
+        if dtypes is None:
+            return {}
+        if not isinstance(dtypes, dict):
+            dtypes = {n: dtypes for n in self._names}
+        after = {}
+        for n, dt in dtypes.items():
+            if n not in self._shapes:
+                raise _core.NotFoundError(f"dataset {self.name!r} has no column {n!r} "
+                                          f"(columns: {', '.join(self._names)})")
+            d = _torch_to_numpy(dt)
+            if d in _C_OF:
+                self._s.set_column_dtype(n, _C_OF[d])
+            else:
+                after[n] = d
+        return after
+
+    def iter_batches(self, *, batch_size: int = 256, shuffle: bool = False, seed: int = 0,
+                     drop_last: bool = False, dtypes=None, batch_format: str = "numpy",
+                     prefetch_batches: int = 1, local_shuffle_buffer_size: Optional[int] = None,
+                     local_shuffle_seed: Optional[int] = None) -> Iterator[Dict[str, np.ndarray]]:
+        """One epoch of batches: dicts of column name -> numpy array (views valid until the
+        next batch). Collective at its start (every rank iterates)."""
+        if batch_format not in ("numpy", "default"):
+            raise ValueError(f"iter_batches: batch_format {batch_format!r} is not supported "
+                             f"(numpy)")
+        if local_shuffle_buffer_size:
+            shuffle = True
+        if local_shuffle_seed is not None:
+            seed = local_shuffle_seed
+        after = self._set_dtypes(dtypes)
+        epoch = self._epoch
+        self._epoch += 1
+        return self._batches(epoch, int(batch_size), bool(shuffle), int(seed), bool(drop_last),
+                             after)
+
+    def _batches(self, epoch, batch_size, shuffle, seed, drop_last, after):
+        s = self._s
+        names = self._names
+        s.begin_epoch(epoch, batch_size, shuffle, seed, drop_last)
+        asarray = np.asarray
+        while True:
+            views = s.next()
+            if views is None:
+                return
+            batch = {n: asarray(v) for n, v in zip(names, views)}
+            for n, d in after.items():
+                batch[n] = batch[n].astype(d)
+            yield batch
+
+    def iter_torch_batches(self, *, batch_size: int = 256, shuffle: bool = False,
+                           seed: int = 0, drop_last: bool = False, dtypes=None,
+                           device: str = "cpu", **kw) -> Iterator[dict]:
+        """iter_batches with torch tensors (sharing the batch's memory on the CPU: valid
+        until the next batch, read-only by contract)."""
+        import warnings
+
+        import torch
+
+        with warnings.catch_warnings():
+            # the tensors share the library's read-only memory, on purpose
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            for b in self.iter_batches(batch_size=batch_size, shuffle=shuffle, seed=seed,
+                                       drop_last=drop_last, dtypes=dtypes, **kw):
+                out = {k: torch.from_numpy(v) for k, v in b.items()}
+                if device != "cpu":
+                    out = {k: v.to(device) for k, v in out.items()}
+                yield out
+
+    def __iter__(self):
+        return iter(self.iter_batches())
+
+
+def _torch_to_numpy(dt) -> np.dtype:
+    mod = type(dt).__module__ or ""
+    if mod.startswith("torch"):
+        import torch
+
+        return np.dtype(torch.empty(0, dtype=dt).numpy().dtype)
+    return np.dtype(dt)
