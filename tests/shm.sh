@@ -62,8 +62,13 @@ pids=$(descendants $job)
 [ -n "$pids" ] && kill -9 $pids
 wait $job 2>/dev/null
 rc=$?
-# shellcheck disable=SC2086
-still=$(for p in $pids; do alive "$p" && echo "$p"; done)
+still=$pids # SIGKILL takes effect at once, the exit a little later (sooner without ASan)
+for _ in $(seq 1 $((limit * 10))); do
+    # shellcheck disable=SC2086
+    still=$(for p in $pids; do alive "$p" && echo "$p"; done)
+    [ -z "$still" ] && break
+    sleep 0.1
+done
 if [ -n "$board" ] && [ -n "$child" ] && [ -z "$still" ] && [ "$(shm_of "$parent")" = "$board" ]; then
     ok "spawn mode, 2 workers, every process SIGKILLed while the spawned rank is stopped before it joins: the board $board stays"
 else bad "spawn-mode job killed whole (parent '$parent', stopped child '$child', board '$board', exit $rc, alive: $still)"; fi
