@@ -94,7 +94,7 @@ stale="mpitrain-spawn-$dead-$s-$ns-0 mpitrain-watch-$sleeper-$((s + 1))-$ns-0 mp
 keep="mpitrain-fusion-$sleeper-$s-$ns-0 mpitrain-spawn-$sleeper-1 mpitrain-watch-$dead-$s-$((ns + 1))-0"
 for f in $stale $keep; do : >"/dev/shm/$f"; done
 listing=$(printf '%s\n' \
-    "/dev/shm/mpitrain-fusion-$dead-3: its creator, pid $dead, has exited" \
+    "/dev/shm/mpitrain-fusion-$dead-3: its creator, pid $dead, has exited (no process has that pid)" \
     "/dev/shm/mpitrain-spawn-$dead-$s-$ns-0: its creator, pid $dead, has exited" \
     "/dev/shm/mpitrain-watch-$sleeper-$((s + 1))-$ns-0: its creator, pid $sleeper started at tick $((s + 1)), has exited (pid $sleeper is now a process started at tick $s)" \
     "3 stale segments in /dev/shm: the next job to start on this machine removes them")
