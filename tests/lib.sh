@@ -153,34 +153,5 @@ idx_head() {
       printf "\\$(printf %03o $(($2 >> 8 & 255)))\\$(printf %03o $(($2 & 255)))"
       zcat "$1" | tail -c +9 | head -c $((4 * (nd - 1) + $2 * $3)); }
 }
-# slurm_conf DIR CLUSTER HOST PORT: DIR/slurm.conf with what the Slurm tests share:
-# slurmctld on HOST (Slurm's "name(address)" allowed) at PORT, slurmd at PORT + 1, both as
-# root, munge, and state, spool, pid and log files in DIR (a node's with its name, %n);
-# processes tracked through /proc, no task plugin, cores as the unit, requeue allowed.
-# The caller appends its own settings, nodes and partition.
-slurm_conf() {
-    mkdir -p "$1/state"
-    cat >"$1/slurm.conf" <<CONF
-ClusterName=$2
-SlurmctldHost=$3
-SlurmctldPort=$4
-SlurmdPort=$(($4 + 1))
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-StateSaveLocation=$1/state
-SlurmdSpoolDir=$1/spool.%n
-SlurmctldPidFile=$1/slurmctld.pid
-SlurmdPidFile=$1/slurmd.%n.pid
-SlurmctldLogFile=$1/slurmctld.log
-SlurmdLogFile=$1/slurmd.%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-MpiDefault=none
-JobRequeue=1
-SchedulerType=sched/backfill
-CONF
-}
+# slurm_conf DIR CLUSTER HOST PORT and slurm_munge_start: scripts/slurm/conf.sh
+. "${top_srcdir:-.}/scripts/slurm/conf.sh"

@@ -146,6 +146,21 @@ if [ -s "$store/demo.c" ] && mpicc ${MT_SAN_FLAGS:-} -I"${top_srcdir:-.}/include
         && [ "$(status demo-class)" = finished ]; then
         ok "docs/guide.md's trainable example builds and converges at 2 ranks"
     else bad "docs/guide.md's trainable example (exit $rc)"; fi
+    # the same argument checks as README's first example: --help trains nothing, a typo'd
+    # flag is refused (exit 2) before a run folder exists
+    LD_LIBRARY_PATH="$b/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" MT_STORAGE_PATH="$store/runs" \
+        "$run" 1 -x LD_LIBRARY_PATH -x MT_STORAGE_PATH "$store/demo" --name class-help --help >"$out" 2>"$err"
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "^usage: mpirun -np N demo-class" "$out" && grep -q -- "--num-workers" "$out" \
+        && [ ! -e "$store/runs/class-help" ]; then
+        ok "the trainable example's --help prints its usage and the library's options, and trains nothing"
+    else bad "the trainable example's --help (exit $rc)"; fi
+    LD_LIBRARY_PATH="$b/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" MT_STORAGE_PATH="$store/runs" \
+        "$run" 1 -x LD_LIBRARY_PATH -x MT_STORAGE_PATH "$store/demo" --name class-typo --itterations 5 >"$out" 2>"$err"
+    rc=$?
+    if [ $rc -eq 2 ] && grep -q "unknown option '--itterations'" "$err" && [ ! -e "$store/runs/class-typo" ]; then
+        ok "the trainable example refuses an unknown flag (exit 2) before anything runs"
+    else bad "the trainable example with an unknown flag (exit $rc)"; cat "$err"; fi
 else bad "docs/guide.md's trainable example does not build"; fi
 
 finish
