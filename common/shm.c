@@ -17,8 +17,10 @@
  * time (the pid was reused). Kept: a segment whose creator runs, and every one that cannot
  * be judged here: another user's, one from another pid namespace (its pids are not this
  * one's), all of them when /proc cannot be read. Names of the library's older form,
- * /mpitrain-KIND-PID-N, carry no start time: removed only when no process (or a zombie)
- * has the pid, kept whenever a live process has it.
+ * /mpitrain-KIND-PID-N, carry neither start time nor namespace: removed only when no
+ * process on the machine has the pid in any pid namespace, which only a process of the
+ * machine's first pid namespace can see (a scan of /proc/N/status, done only when such a
+ * name is there); elsewhere they are kept.
  */
 #include "common.h"
 
@@ -131,14 +133,89 @@ static bool parse(const char *name, int *pid, uint64_t *start, uint64_t *space)
     return true;
 }
 
+/* The pids of process entry `proc` (a /proc/N name) in each pid namespace it is in, from
+ * its NSpid line (the first is its pid in this namespace); how many: 0 when the process
+ * has exited, -1 when its entry cannot be read. */
+static int ns_pids(const char *proc, long *pids, int cap)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%s/status", proc);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT || errno == ESRCH ? 0 : -1;
+    int n = 0;
+    while (n == 0 && fgets(line, sizeof line, f))
+        if (!strncmp(line, "NSpid:", 6))
+            for (char *p = line + 6, *end; n < cap; p = end) {
+                long v = strtol(p, &end, 10);
+                if (end == p)
+                    break;
+                pids[n++] = v;
+            }
+    fclose(f);
+    return n ? n : -1; /* no NSpid line (before Linux 4.1): cannot be told */
+}
+
+/* Every pid of every process on the machine, in each pid namespace it is in, read once
+ * per scan of /dev/shm, and only when one of the older names is there to judge. Only a
+ * process in the machine's first pid namespace (its NSpid has one pid) sees them all;
+ * anywhere else (or without NSpid, before Linux 4.1) they cannot be known: complete is
+ * false, and nothing is judged by them. */
+typedef struct {
+    bool read, complete;
+    long *pids;
+    size_t n, cap;
+} all_pids;
+
+static void read_all_pids(all_pids *a)
+{
+    long pids[8];
+    a->read = true;
+    if (ns_pids("self", pids, 8) != 1)
+        return;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    bool ok = true;
+    struct dirent *de;
+    while (ok && (de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        int k = ns_pids(de->d_name, pids, 8);
+        ok = k >= 0 && MT__GROW(a->pids, a->cap, a->n + (size_t)k) == MT_OK;
+        for (int i = 0; ok && i < k; i++)
+            a->pids[a->n++] = pids[i];
+    }
+    closedir(d);
+    a->complete = ok;
+}
+
+/* No process on the machine has `pid` in any pid namespace (false when unknown). */
+static bool pid_unused_anywhere(all_pids *a, int pid)
+{
+    if (!a->read)
+        read_all_pids(a);
+    for (size_t i = 0; a->complete && i < a->n; i++)
+        if (a->pids[i] == pid)
+            return false;
+    return a->complete;
+}
+
 /* True, with the reason in why, when the creator (pid started at start, in pid namespace
- * space; 0: not known) is certainly gone. */
+ * space; 0: not known, the older names) is certainly gone. */
 static bool creator_gone(int pid, uint64_t start, uint64_t space, uint64_t my_space,
-                         char *why, size_t len)
+                         all_pids *all, char *why, size_t len)
 {
     char state;
     uint64_t now;
-    if (space && space != my_space)
+    if (!start || !space) {
+        /* the pid alone, maybe of another namespace's: gone when no process has it in any */
+        if (!pid_unused_anywhere(all, pid))
+            return false;
+        snprintf(why, len, "its creator, pid %d, has exited (no process has that pid)", pid);
+        return true;
+    }
+    if (space != my_space)
         return false; /* another pid namespace: this one's pids say nothing of it */
     if (mt__process_stat(pid, &state, &now) != 0) {
         if (errno != ENOENT && errno != ESRCH)
@@ -150,8 +227,8 @@ static bool creator_gone(int pid, uint64_t start, uint64_t space, uint64_t my_sp
         snprintf(why, len, "its creator, pid %d, has exited (a zombie)", pid);
         return true;
     }
-    if (!start || !space || now == start)
-        return false; /* running, or a process has the pid and the name cannot tell which */
+    if (now == start)
+        return false; /* running */
     snprintf(why, len, "its creator, pid %d started at tick %llu, has exited (pid %d is now "
              "a process started at tick %llu)", pid, (unsigned long long)start, pid,
              (unsigned long long)now);
@@ -167,6 +244,7 @@ int mt__shm_reap(const char *dir, bool remove, mt_stale_fn fn, void *arg)
     if (!d)
         return errno == ENOENT ? 0 : -1;
     uid_t me = geteuid();
+    all_pids all = {.read = false};
     int n = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
@@ -177,7 +255,7 @@ int mt__shm_reap(const char *dir, bool remove, mt_stale_fn fn, void *arg)
         if (!parse(de->d_name, &pid, &start, &space) ||
             fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
             !S_ISREG(st.st_mode) || st.st_uid != me ||
-            !creator_gone(pid, start, space, my_space, why, sizeof why))
+            !creator_gone(pid, start, space, my_space, &all, why, sizeof why))
             continue;
         if (remove && unlinkat(dirfd(d), de->d_name, 0) != 0)
             continue; /* removed by another job's start meanwhile, or not this user's to */
@@ -189,6 +267,7 @@ int mt__shm_reap(const char *dir, bool remove, mt_stale_fn fn, void *arg)
         }
     }
     closedir(d);
+    free(all.pids);
     return n;
 }
 

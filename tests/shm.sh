@@ -62,8 +62,13 @@ pids=$(descendants $job)
 [ -n "$pids" ] && kill -9 $pids
 wait $job 2>/dev/null
 rc=$?
-# shellcheck disable=SC2086
-still=$(for p in $pids; do alive "$p" && echo "$p"; done)
+still=$pids # SIGKILL takes effect at once, the exit a little later (sooner without ASan)
+for _ in $(seq 1 $((limit * 10))); do
+    # shellcheck disable=SC2086
+    still=$(for p in $pids; do alive "$p" && echo "$p"; done)
+    [ -z "$still" ] && break
+    sleep 0.1
+done
 if [ -n "$board" ] && [ -n "$child" ] && [ -z "$still" ] && [ "$(shm_of "$parent")" = "$board" ]; then
     ok "spawn mode, 2 workers, every process SIGKILLed while the spawned rank is stopped before it joins: the board $board stays"
 else bad "spawn-mode job killed whole (parent '$parent', stopped child '$child', board '$board', exit $rc, alive: $still)"; fi
@@ -89,7 +94,7 @@ stale="mpitrain-spawn-$dead-$s-$ns-0 mpitrain-watch-$sleeper-$((s + 1))-$ns-0 mp
 keep="mpitrain-fusion-$sleeper-$s-$ns-0 mpitrain-spawn-$sleeper-1 mpitrain-watch-$dead-$s-$((ns + 1))-0"
 for f in $stale $keep; do : >"/dev/shm/$f"; done
 listing=$(printf '%s\n' \
-    "/dev/shm/mpitrain-fusion-$dead-3: its creator, pid $dead, has exited" \
+    "/dev/shm/mpitrain-fusion-$dead-3: its creator, pid $dead, has exited (no process has that pid)" \
     "/dev/shm/mpitrain-spawn-$dead-$s-$ns-0: its creator, pid $dead, has exited" \
     "/dev/shm/mpitrain-watch-$sleeper-$((s + 1))-$ns-0: its creator, pid $sleeper started at tick $((s + 1)), has exited (pid $sleeper is now a process started at tick $s)" \
     "3 stale segments in /dev/shm: the next job to start on this machine removes them")

@@ -34,7 +34,10 @@ trap cleanup EXIT
 # (sbatch --wait), down; then this test's own Slurm, on its own port
 slurm_munge_start || { bad "munged did not start"; finish; }
 started_munge=$slurm_started_munge
-if MT_SLURM_PORT=6937 sh "$src/scripts/slurm/local.sh" up "$tmp/local" >"$out" 2>"$err" \
+# every Slurm of this test on ports found free (free_ports), never fixed ones: a second
+# checkout running this test at the same time would talk to the first one's slurmctld
+lport=$(free_ports 2) || { bad "no two free TCP ports for local.sh's slurmctld and slurmd"; finish; }
+if MT_SLURM_PORT=$lport sh "$src/scripts/slurm/local.sh" up "$tmp/local" >"$out" 2>"$err" \
     && grep -q "^export SLURM_CONF=$tmp/local/slurm.conf" "$out" \
     && SLURM_CONF="$tmp/local/slurm.conf" timeout 120 sbatch --wait --output="$tmp/local/job.out" \
         --wrap 'echo ran on $(hostname)' >>"$out" 2>>"$err" \
@@ -44,8 +47,6 @@ if MT_SLURM_PORT=6937 sh "$src/scripts/slurm/local.sh" up "$tmp/local" >"$out" 2
 else bad "scripts/slurm/local.sh up, sbatch, down"; cat "$tmp"/local/slurm*.log 2>/dev/null | tail -n 10
     SLURM_CONF="$tmp/local/slurm.conf" scontrol shutdown >/dev/null 2>&1; fi
 mem=$(awk '/MemTotal/ { printf "%d", $2 / 1024 * 0.8 }' /proc/meminfo)
-# ports of this test's own (slurmctld, slurmd): with a fixed one, a second checkout's run
-# of this test at the same time would talk to the first one's slurmctld
 port=$(free_ports 2) || { bad "no two free TCP ports for slurmctld and slurmd"; finish; }
 slurm_conf "$tmp" mpitrain-test "$host" "$port"
 cat >>"$tmp/slurm.conf" <<CONF
