@@ -180,7 +180,8 @@ static void usage(FILE *out)
                  "                        counts of theirs (K, M, G: binary), e.g. 4,1M,64M\n"
                  "  --help                this text\n\n"
                  "The run directory of the benchmark job goes to the private folder too; with\n"
-                 "--name or --storage-path (or MT_NAME, MT_STORAGE_PATH) it is kept there instead.\n\n",
+                 "--name or --storage-path (or MT_NAME, MT_STORAGE_PATH) it is kept there instead,\n"
+                 "as a new run: a name that exists is refused, and that run is left as it was.\n\n",
             EXIT_BUDGET_MISSED);
     const mt_trainer_config shown = {.run = {.name = "mpitrain-bench",
                                              .storage_path = "the private folder, removed at exit"}};
@@ -237,8 +238,9 @@ int main(int argc, char **argv)
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     static const char default_name[] = "mpitrain-bench";
+    /* never a run that exists: a name given is a new run or refused (it stays as it was) */
     mt_trainer_config cfg = {.run = {.name = default_name, .verbose = MT_VERBOSE_SILENT,
-                                     .overwrite = true, .checkpoint.num_to_keep = 1}};
+                                     .refuse_existing = true, .checkpoint.num_to_keep = 1}};
     int rc = mt_config_from_args_only(&cfg, &argc, &argv, lib_options);
     /* a name or a storage path (option or environment) asks for the run to be kept */
     bool keep_run = cfg.run.storage_path || cfg.run.name != default_name;

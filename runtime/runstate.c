@@ -146,6 +146,9 @@ int mt__run_load(mt__rundir *r, const char *dir)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
+    int rc = mt__run_check(path); /* a link in its place is named, never read */
+    if (rc != MT_OK && rc != MT_ENOTFOUND)
+        return rc;
     json_error_t err;
     mt__json_watch();
     json_t *j = json_load_file(path, 0, &err);
@@ -157,7 +160,7 @@ int mt__run_load(mt__rundir *r, const char *dir)
         return access(path, F_OK) == 0
                    ? mt__error(MT_EFORMAT, "%s: corrupt (line %d: %s)", path, err.line, err.text)
                    : mt__error(MT_ENOTFOUND, "%s: no such file (not a run directory?)", path);
-    int rc = mt__run_from_json(r, j, path);
+    rc = mt__run_from_json(r, j, path);
     json_decref(j);
     if (!rc && !(r->dir = mt__strdup(dir)))
         rc = MT_ENOMEM;

@@ -101,9 +101,11 @@ int mt__run_save(const mt__rundir *r);
 int mt__run_open_logs(mt__rundir *r);
 void mt__run_close_logs(mt__rundir *r);
 int mt__run_append(mt__rundir *r, json_t *row);
-/* dir/result.json's rows as a JSON array, in order, without per_rank; lines that are not
- * JSON and a torn last line (no newline) are passed over. An empty array when there is no
- * result.json; NULL with *rc set (MT_ENOMEM, MT_EIO) when it cannot be read whole. */
+/* dir/result.json's rows as a JSON array, in order, without per_rank; a line that is not
+ * a JSON object and a torn last line (no newline) are each its line number (a JSON
+ * integer, from 1) in its place: not a row, never passed over in silence (the result
+ * counts them). An empty array when there is no result.json; NULL with *rc set
+ * (MT_ENOMEM, MT_EIO: a link in its place too) when it cannot be read whole. */
 json_t *mt__run_read_rows(const char *dir, int *rc);
 int mt__run_supersede(mt__rundir *r, int64_t iteration);
 /* On resume, before anything reads or appends to them: cut a torn last line (no newline)

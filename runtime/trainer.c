@@ -10,6 +10,7 @@
 #include "runtime.h"
 #include "../collectives/watchdog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -338,11 +339,15 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
 }
 
 /* Rank 0: run.json in dir says the run finished (1) or not (0: read errors are
- * prepare_run's); MT_ENOMEM (recorded) when reading it ran out of memory. */
+ * prepare_run's); MT_ENOMEM (recorded) when reading it ran out of memory, MT_EIO
+ * (recorded) when something else than a file is in its place (a link). */
 static int finished(const char *dir)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
+    int there = mt__run_check(path); /* a link in its place: named on every rank */
+    if (there != MT_OK)
+        return there == MT_ENOTFOUND ? 0 : there;
     json_error_t err;
     mt__json_watch();
     json_t *run = json_load_file(path, 0, &err);
@@ -354,9 +359,58 @@ static int finished(const char *dir)
     return done;
 }
 
+/* Rank 0: the first entry of dir that is not run.lock (a run, or anything else), in
+ * name (size n); false when there is none or dir does not exist. */
+static bool holds_something(const char *dir, char *name, size_t n)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    bool found = false;
+    while (d && !found && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "run.lock")) {
+            snprintf(name, n, "%s", e->d_name);
+            found = true;
+        }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* Rank 0: run.refuse_existing's refusal (MT_EINVAL recorded) when dir holds something. */
+static int refuse_existing(const mt_context *ctx)
+{
+    char what[256];
+    if (!ctx->cfg->run.refuse_existing || !holds_something(ctx->run_dir, what, sizeof what))
+        return MT_OK;
+    return mt__error(MT_EINVAL, "run '%s' exists already (%s holds %s): this program never "
+                     "changes an existing run, which stays as it was; give another --name "
+                     "(or MT_NAME)", ctx->name, ctx->run_dir, what);
+}
+
+/* Rank 0: run.overwrite with a run.resume_from_checkpoint inside the run directory it would
+ * clear is MT_EINVAL (recorded): the checkpoint to start from would be deleted first. */
+static int overwrite_keeps_resume(const mt_context *ctx)
+{
+    const mt_run_config *run = &ctx->cfg->run;
+    if (!run->overwrite || !run->resume_from_checkpoint)
+        return MT_OK;
+    char *from = realpath(run->resume_from_checkpoint, NULL), *dir = realpath(ctx->run_dir, NULL);
+    size_t n = dir ? strlen(dir) : 0;
+    bool inside = from && dir && !strncmp(from, dir, n) && (from[n] == '/' || !from[n]);
+    free(from), free(dir);
+    return inside ? mt__error(MT_EINVAL, "run.resume_from_checkpoint %s is inside %s, the run "
+                              "that run.overwrite (--overwrite) would clear: the checkpoint "
+                              "would be deleted before the run starts from it; copy it out "
+                              "of the run first, or give another --name",
+                              run->resume_from_checkpoint, ctx->run_dir)
+                  : MT_OK;
+}
+
 /* Rank 0 takes the run directory's lock (creating the folder first), and refuses a
- * finished run unless run.overwrite; a refusal is every rank's own error with rank 0's
- * text: the job is refused, no rank failed. When the folder cannot be created,
+ * finished run unless run.overwrite, any run that exists with run.refuse_existing, and
+ * run.overwrite with a run.resume_from_checkpoint inside the run; a refusal is every
+ * rank's own error with rank 0's text: the job is refused, no rank failed. Nothing is
+ * created in a refused folder that was not there. When the folder cannot be created,
  * prepare_run says so. Collective. */
 static int lock_run(mt_context *ctx, int *lock_fd)
 {
@@ -365,12 +419,17 @@ static int lock_run(mt_context *ctx, int *lock_fd)
         char msg[MT__MSG_LEN];
     } r = {0, ""};
     int done = 0;
-    if (ctx->world_rank == 0 && mt__mkdirs(ctx->run_dir) == MT_OK &&
-        (r.code = mt__run_lock(ctx->run_dir, lock_fd)) != MT_OK)
+    if (ctx->world_rank == 0 && ((r.code = refuse_existing(ctx)) != MT_OK ||
+                                 (r.code = overwrite_keeps_resume(ctx)) != MT_OK))
         snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
-    else if (ctx->world_rank == 0 && !ctx->cfg->run.overwrite &&
+    else if (ctx->world_rank == 0 && mt__mkdirs(ctx->run_dir) == MT_OK &&
+             ((r.code = mt__run_lock(ctx->run_dir, lock_fd)) != MT_OK ||
+              (r.code = refuse_existing(ctx)) != MT_OK)) { /* again, now that it is ours */
+        snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
+        mt__run_unlock(lock_fd);
+    } else if (ctx->world_rank == 0 && !ctx->cfg->run.overwrite &&
              (done = finished(ctx->run_dir)) != 0) {
-        if (done < 0) { /* out of memory: rank 0's error, on every rank */
+        if (done < 0) { /* out of memory, a link: rank 0's error, on every rank */
             r.code = done;
             snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
         } else { /* not a failure of rank 0: every rank says what to do instead */
@@ -666,7 +725,9 @@ static int fit_setup(const mt_trainer *t, fit_state *f)
     }
     f->started = !rc;
     if (f->started) {
-        mt__trace_start(t->cfg.run.trace, ctx->run_dir, ctx->world_rank);
+        /* a link where this rank's trace goes fails the run on every rank (recorded as
+         * failed: the attempt was begun) */
+        rc = agreed(ctx, mt__trace_start(t->cfg.run.trace, ctx->run_dir, ctx->world_rank));
         mt__signals_install();
     }
     return rc;
@@ -745,7 +806,8 @@ static int fit(mt_trainer *t, mt_result **out)
         return rc;
     mt_context *ctx = f.ctx;
     const char *final = "failed";
-    for (int failures = 0; f.started;) {
+    bool set_up = f.started && !rc; /* started, but its trace refused: no attempt runs */
+    for (int failures = 0; set_up;) {
         rc = run_attempt(t, &f);
         if (!rc && !ctx->stopped_after_ckpt) {
             final = "finished";
