@@ -236,7 +236,7 @@ static void usage(FILE *out)
     fprintf(out, "\n  --quick               fewer sizes and repetitions (under two minutes on 2 cores)\n"
                  "  --json FILE           also write one JSON line per figure to FILE (rank 0): suite,\n"
                  "                        date, host, version, ranks, mode, the figures, and\n"
-                 "                        budget and budget_met where DESIGN.md sets a budget\n"
+                 "                        budget and budget_met where docs/design.md sets one\n"
                  "  --tmpdir DIR          where the I/O suites' files go, in a private folder removed\n"
                  "                        at exit (default: $TMPDIR or /tmp)\n"
                  "  --fail-on-miss        exit with status %d when a figure misses its budget\n"

@@ -223,9 +223,7 @@ static int fusion_model(bench *b)
     if (!rc)
         snprintf(picked, sizeof picked, "%s", mt_fusion_algo_name(a.f));
     mt_fusion_destroy(&a.f);
-    struct { mt_fusion_algo algo; const char *name; } algos[] = {
-        {MT_FUSION_FLAT, "flat"}, {nodes > 1 ? MT_FUSION_HIER : MT_FUSION_SHM, nodes > 1 ? "hier" : "shm"}};
-    static const char *const comps[] = {"fp32", "fp16", "bf16"};
+    const mt_fusion_algo algos[] = {MT_FUSION_FLAT, nodes > 1 ? MT_FUSION_HIER : MT_FUSION_SHM};
     double t[2][3] = {{0}}, raw[8];
     bench_say(b, "model gradients, %zu floats in one block (%d node%s): auto picks %s\n",
               a.count, nodes, nodes > 1 ? "s" : "", picked);
@@ -233,9 +231,9 @@ static int fusion_model(bench *b)
               "vs_raw", "vs_flat_fp32");
     for (int i = 0; i < 2 && !rc; i++)
         for (int k = 0; k < 3 && !rc; k++) {
-            if (algos[i].algo == MT_FUSION_SHM && k > 0)
+            if (algos[i] == MT_FUSION_SHM && k > 0)
                 continue; /* nothing on a network to compress */
-            rc = model_fusion(b, (mt_fusion_options){.algo = algos[i].algo,
+            rc = model_fusion(b, (mt_fusion_options){.algo = algos[i],
                                                      .compression = (mt_compression)k}, &a);
             double fu[8];
             for (int r = 0; r < reps && !rc; r++) { /* raw and fused alternate */
@@ -253,12 +251,15 @@ static int fusion_model(bench *b)
             bench_over_ranks(b, bench_median(fu, reps), NULL, &fu_avg, NULL);
             bench_over_ranks(b, bench_median(raw, reps), NULL, &raw_avg, NULL);
             t[i][k] = fu_avg;
-            bench_say(b, "%6s %6s %10.1f %10.1f %9.2fx %11.2fx\n", algos[i].name, comps[k],
+            /* the wire's format: uncompressed, it carries fp32 */
+            const char *algo = mt_fusion_algo_word(algos[i]);
+            const char *wire = k ? mt_compression_word((mt_compression)k) : "fp32";
+            bench_say(b, "%6s %6s %10.1f %10.1f %9.2fx %11.2fx\n", algo, wire,
                       fu_avg * 1e6, raw_avg * 1e6, fu_avg / raw_avg, fu_avg / t[0][0]);
             bench_json(b, "fusion_model", "\"floats\": %zu, \"nodes\": %d, \"algo\": \"%s\", "
                        "\"wire\": \"%s\", \"avg_us\": %.3f, \"raw_us\": %.3f, "
                        "\"vs_flat_fp32\": %.4f, \"auto_picks\": \"%s\"", a.count, nodes,
-                       algos[i].name, comps[k], fu_avg * 1e6, raw_avg * 1e6, fu_avg / t[0][0],
+                       algo, wire, fu_avg * 1e6, raw_avg * 1e6, fu_avg / t[0][0],
                        picked);
         }
     if (!rc && nodes > 1) {
@@ -266,7 +267,7 @@ static int fusion_model(bench *b)
         double x = t[i][1] / t[i][0], other = t[!i][0];
         bench_say(b, "across nodes: hier / flat (fp32) %.2fx, auto picked %s (the faster: %s); "
                      "budget fp16 <= 0.6x of fp32 (%s): %.2fx (%s)\n", t[1][0] / t[0][0],
-                  picked, t[i][0] <= other ? "yes" : "no", algos[i].name, x,
+                  picked, t[i][0] <= other ? "yes" : "no", mt_fusion_algo_word(algos[i]), x,
                   x <= 0.6 ? "met" : "NOT met");
         bench_json(b, "fusion_model", "\"nodes\": %d, \"auto_picks\": \"%s\", "
                    "\"hier_vs_flat\": %.4f, \"fp16_vs_fp32\": %.4f%s", nodes, picked,

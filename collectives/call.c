@@ -20,18 +20,6 @@ const char *mt__call_name(int kind)
     return "none";
 }
 
-uint64_t mt__sig_mix(uint64_t h, uint64_t v)
-{
-    /* FNV-1a over the 8 bytes of v. */
-    if (h == 0)
-        h = 1469598103934665603ULL;
-    for (int i = 0; i < 8; i++) {
-        h ^= (v >> (8 * i)) & 0xff;
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
 void mt__call_init(mt__call *call, int kind, uint64_t n, int64_t x, int64_t y)
 {
     call->kind = kind;
@@ -57,10 +45,12 @@ void mt__call_describe(const mt__call *c, char *buf, size_t len)
     case MT__CALL_ALLGATHER:
         snprintf(buf, len, "allgather(count=%llu, %s)", n, mt__dtype_name((int)c->x));
         break;
-    case MT__CALL_FUSION_CREATE:
-        snprintf(buf, len, "fusion-create(algo=%s, compression=%s)",
-                 mt__fusion_algo_text((int)c->x), mt__fusion_compression_text((int)c->y));
+    case MT__CALL_FUSION_CREATE: {
+        const char *a = mt_fusion_algo_word((mt_fusion_algo)c->x);
+        const char *k = mt_compression_word((mt_compression)c->y);
+        snprintf(buf, len, "fusion-create(algo=%s, compression=%s)", a ? a : "?", k ? k : "?");
         break;
+    }
     case MT__CALL_FUSION_ALLOC:
         snprintf(buf, len, "fusion-alloc(floats=%llu)", n);
         break;

@@ -63,8 +63,6 @@ typedef struct {
 void mt__call_init(mt__call *call, int kind, uint64_t n, int64_t x, int64_t y);
 /* "allreduce(count=4, f64, sum)" and the like. */
 void mt__call_describe(const mt__call *call, char *buf, size_t len);
-/* Mix v into a signature. */
-uint64_t mt__sig_mix(uint64_t h, uint64_t v);
 
 typedef struct mt__comm {
     MPI_Comm comm;   /* private duplicate, MPI_ERRORS_RETURN */
@@ -155,9 +153,6 @@ int mt__stream_recv(mt__comm *c, int from, size_t len, void *const buf[2], size_
                     int (*consume)(const void *piece, size_t n, size_t offset, void *arg),
                     void *arg);
 
-/* The knob words of an algorithm and a compression ("auto", "fp16"; "?" out of range). */
-const char *mt__fusion_algo_text(int algo);
-const char *mt__fusion_compression_text(int compression);
 /* Gradient fusion (the rest of its API is public). o may be NULL (defaults). */
 int mt__fusion_create_opts(mt__comm *c, const mt_fusion_options *o, mt_fusion **out);
 int mt__fusion_create(mt__comm *c, size_t bucket_bytes, mt_fusion **out);

@@ -28,7 +28,7 @@
  * MPI_Allreduce anywhere (fusion_mpi.c), or node by node with one leader per node on the
  * network (fusion_hier.c). Which one runs is decided at creation from the node layout
  * (topology.c) and the options, and under auto across nodes by timing the candidates at
- * the registration check (choose()), on every rank the same. Memory from mt_fusion_alloc
+ * the registration check (fusion_auto.c), on every rank the same. Memory from mt_fusion_alloc
  * lies in the node's shared segment when the backend shares memory, so buckets in it are
  * reduced straight from every rank's block; tensors that lie end to end in memory in
  * registration order are reduced in place by MPI. With one rank nothing moves at all.
@@ -41,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 typedef mt__ftensor tensor;
 typedef mt__fbucket bucket;
@@ -82,76 +81,6 @@ struct mt_fusion {
     void *be_state, *alt_state;
 };
 
-static size_t fusion_chunk = INT_MAX;
-
-/* Vectorised whatever the -O level: the averaging pass touches every gradient float
- * once per step. */
-__attribute__((optimize("tree-vectorize"))) void mt__fusion_scale(float *dst, const float *src,
-                                                                  size_t n, float s)
-{
-    if (dst == src) {
-        if (s != 1.0f)
-            for (size_t i = 0; i < n; i++)
-                dst[i] *= s;
-        return;
-    }
-    float *restrict d = dst;
-    const float *restrict x = src;
-    for (size_t i = 0; i < n; i++)
-        d[i] = x[i] * s;
-}
-
-size_t mt__fusion_chunk(void)
-{
-    return fusion_chunk;
-}
-
-void mt__fusion_pieces(const bucket *b, const tensor *tensors, size_t from, size_t n,
-                       mt__fpiece_fn fn, void *arg)
-{
-    if (b->adjacent) { /* end to end: one piece */
-        fn(&tensors[b->head], from, from, n, arg);
-        return;
-    }
-    for (int k = b->first; k < b->first + b->n; k++) {
-        const tensor *t = &tensors[k];
-        size_t lo = t->offset > from ? t->offset : from;
-        size_t hi = t->offset + t->count < from + n ? t->offset + t->count : from + n;
-        if (lo < hi)
-            fn(t, lo - t->offset, lo, hi - lo, arg);
-    }
-}
-
-typedef struct {
-    float *flat;      /* where element `from` goes or comes from */
-    size_t from;
-    float scale;
-} piece_io;
-
-static void copy_in(const tensor *t, size_t in, size_t at, size_t cnt, void *arg)
-{
-    piece_io *io = arg;
-    memcpy(io->flat + (at - io->from), t->ptr + in, cnt * sizeof(float));
-}
-
-static void copy_out(const tensor *t, size_t in, size_t at, size_t cnt, void *arg)
-{
-    piece_io *io = arg;
-    mt__fusion_scale(t->ptr + in, io->flat + (at - io->from), cnt, io->scale);
-}
-
-void mt__fusion_gather(const bucket *b, const tensor *t, size_t from, size_t n, float *dst)
-{
-    piece_io io = {dst, from, 1.0f};
-    mt__fusion_pieces(b, t, from, n, copy_in, &io);
-}
-
-void mt__fusion_average(const bucket *b, const tensor *t, size_t from, size_t n,
-                        const float *sum, float scale)
-{
-    piece_io io = {(float *)sum, from, scale};
-    mt__fusion_pieces(b, t, from, n, copy_out, &io);
-}
 
 /* Sum one bucket across ranks and average it into its tensors (blocking). */
 static int reduce_bucket(mt_fusion *f, bucket *b)
@@ -225,19 +154,6 @@ static void finish(mt_fusion *f, int upto)
     f->handed = f->claimed = f->done = 0;
     f->closing = false;
     pthread_mutex_unlock(&f->lock);
-}
-
-static const char *const algo_words[] = {"auto", "flat", "shm", "hier"};
-static const char *const compress_words[] = {"none", "fp16", "bf16"};
-
-const char *mt__fusion_algo_text(int algo)
-{
-    return algo >= 0 && algo < 4 ? algo_words[algo] : "?";
-}
-
-const char *mt__fusion_compression_text(int compression)
-{
-    return compression >= 0 && compression < 3 ? compress_words[compression] : "?";
 }
 
 /* Local: the options with their zero fields from the environment (MT_FUSION_BYTES,
@@ -325,7 +241,7 @@ static int open_backends(mt_fusion *f, mt__comm *c)
     mt__fusion_where w = {.c = c, .data = f->data, .node = f->node,
                           .num_nodes = f->num_nodes, .compression = f->compression,
                           .forced = f->algo != MT_FUSION_AUTO};
-    const char *name = algo_words[f->algo];
+    const char *name = mt_fusion_algo_word(f->algo);
     if ((f->algo == MT_FUSION_SHM || f->algo == MT_FUSION_HIER) && !shm_ok)
         return mt__error(MT_EINVAL, "rank %d: fusion algorithm %s needs shared memory, but "
                                     "MT_FUSION_SHM=0", c->rank, name);
@@ -401,43 +317,6 @@ void mt__fusion_orphan(mt_fusion *f)
         return mt__error(MT_EINVAL, fn ": the fusion's context ended with its fit (create a "\
                                        "fusion inside each fit)");
 
-/* ------------------------------------------------------------ blocks */
-
-/* The block's memory (local: the other ranks keep their mappings). */
-static void block_release(mt__fblock *k)
-{
-    if (k->map)
-        munmap(k->map, k->map_bytes);
-    else
-        free(k->base);
-    *k = (mt__fblock){0};
-}
-
-static void block_free(mt__fblock *k)
-{
-    if (k)
-        block_release(k);
-    free(k);
-}
-
-/* Collective over the backend's node: count zeroed floats in k, shared when backend be
- * (may be NULL) shares memory and the system gives the mapping, else this rank's own
- * aligned memory; `fail` (a fault site) makes this rank's part fail. */
-static int block_new(const mt__fusion_backend *be, void *state, int rank, size_t count,
-                     bool fail, mt__fblock *k)
-{
-    int rc = be && be->alloc ? be->alloc(state, count, fail, k) : MT_OK;
-    if (rc || k->base)
-        return rc;
-    void *p = NULL;
-    if (fail || count > SIZE_MAX / sizeof(float) ||
-        posix_memalign(&p, 64, count * sizeof(float)) != 0)
-        return mt__error(MT_ENOMEM, "rank %d: out of memory for a fusion block of %zu floats",
-                         rank, count);
-    memset(p, 0, count * sizeof(float));
-    *k = (mt__fblock){.base = p, .stride = count, .count = count, .nranks = 1};
-    return MT_OK;
-}
 
 int mt_fusion_alloc(mt_fusion *f, size_t count, float **out)
 {
@@ -462,7 +341,7 @@ int mt_fusion_alloc(mt_fusion *f, size_t count, float **out)
     mt__call_init(&call, MT__CALL_FUSION_ALLOC, count, 0, 0);
     if ((rc = mt__agree(f->comm, &call, rc, NULL)))
         goto fail;
-    rc = block_new(f->be, f->be_state, rank, count,
+    rc = mt__fblock_new(f->be, f->be_state, rank, count,
                    mt__test_fail("fusion-block-memory", rank), k);
     mt__call_init(&call, MT__CALL_INTERNAL, 8, 0, 0);
     if ((rc = mt__agree(f->comm, &call, rc, NULL)))
@@ -472,7 +351,7 @@ int mt_fusion_alloc(mt_fusion *f, size_t count, float **out)
     return MT_OK;
 fail:
     if (k && k->base)
-        block_free(k);
+        mt__fblock_free(k);
     else
         free(k);
     return rc;
@@ -487,7 +366,7 @@ const char *mt_fusion_algo_name(const mt_fusion *f)
 
 const char *mt_fusion_compression_name(const mt_fusion *f)
 {
-    return f ? compress_words[f->compression] : NULL;
+    return f ? mt_compression_word(f->compression) : NULL;
 }
 
 void mt_fusion_destroy(mt_fusion **fp)
@@ -517,7 +396,7 @@ void mt_fusion_destroy(mt_fusion **fp)
     if (f->node != MPI_COMM_NULL)
         MPI_Comm_free(&f->node);
     for (size_t i = 0; i < f->nblocks; i++)
-        block_free(f->blocks[i]);
+        mt__fblock_free(f->blocks[i]);
     free(f->blocks);
     for (int i = 0; i < f->nb; i++)
         free(f->b[i].buf);
@@ -648,91 +527,17 @@ static void mark_shared(mt_fusion *f, bool same_layout)
     }
 }
 
-/* ------------------------------------------------------------ auto's choice */
-
-enum { TIME_ROUNDS = 5, TIME_CAP = 16 << 20 /* floats timed at most: 64 MiB */ };
-
-static double median(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double x = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = x;
-        }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* Collective: seconds for backend be to reduce the scratch buckets once, from a barrier
- * (every bucket's tensor is st). */
-static double round_of(mt_fusion *f, const mt__fusion_backend *be, void *state,
-                       const bucket *sb, const tensor *st, int n, int *rc)
-{
-    int e = MPI_Barrier(f->data);
-    if (e != MPI_SUCCESS && !*rc)
-        *rc = mt__mpi_error(e, "MPI_Barrier (fusion timing)");
-    double t0 = MPI_Wtime();
-    for (int i = 0; i < n; i++)
-        if ((e = be->reduce(state, &sb[i], st)) && !*rc)
-            *rc = e;
-    return MPI_Wtime() - t0;
-}
 
 /* Collective, at the registration check under auto with two candidates (hier in be,
- * flat in alt): each reduces scratch buckets of the fusion's bucket sizes (the first
- * TIME_CAP floats of them; in a shared block when the real ones lie in blocks), one
- * round to warm up, then TIME_ROUNDS rounds, alternating which goes first; the slowest
- * rank's median counts, so every rank makes the same choice; hier only when faster. */
+ * flat in alt): the contest (fusion_auto.c) decides, the same on every rank; the loser
+ * is closed. */
 static int choose(mt_fusion *f)
 {
-    int rc = MT_OK, n = 0, rank = f->comm->rank;
-    size_t total = 0, most = 0;
-    bool shared = false;
-    for (; n < f->nb && total < TIME_CAP; n++) {
-        size_t m = f->b[n].elems < TIME_CAP - total ? f->b[n].elems : TIME_CAP - total;
-        total += m;
-        most = m > most ? m : most;
-        shared |= f->b[n].shared;
-    }
-    bucket *sb = calloc((size_t)n + 1, sizeof *sb);
-    if (!sb || mt__test_fail("fusion-timing", rank))
-        rc = mt__error(MT_ENOMEM, "rank %d: out of memory timing the fusion's algorithms",
-                       rank);
-    mt__fblock k = {0}; /* the scratch: collective over the node whatever failed here */
-    int e = most ? block_new(shared ? f->be : NULL, f->be_state, rank, most, false, &k)
-                 : MT_OK;
-    rc = rc ? rc : e;
-    mt__call call;
-    mt__call_init(&call, MT__CALL_INTERNAL, 9, 0, 0);
-    if ((rc = mt__agree(f->comm, &call, rc, NULL)))
-        goto out;
-    float *own = k.base ? k.base + (size_t)k.me * k.stride : NULL;
-    tensor st = {.ptr = own, .count = most, .blk = k.map ? &k : NULL}; /* every bucket's */
-    size_t left = total;
-    for (int i = 0; i < n; i++) {
-        size_t m = f->b[i].elems < left ? f->b[i].elems : left;
-        left -= m;
-        sb[i] = (bucket){.n = 1, .elems = m, .base = m ? own : NULL, .adjacent = m > 0,
-                         .shared = f->b[i].shared && k.map};
-    }
-    double flat[TIME_ROUNDS], hier[TIME_ROUNDS], t[2];
-    for (int r = -1; r < TIME_ROUNDS; r++) {
-        if (r % 2 == 0) /* r = -1 warms up */
-            t[0] = round_of(f, f->alt, f->alt_state, sb, &st, n, &rc);
-        t[1] = round_of(f, f->be, f->be_state, sb, &st, n, &rc);
-        if (r % 2 != 0)
-            t[0] = round_of(f, f->alt, f->alt_state, sb, &st, n, &rc);
-        if (r >= 0)
-            flat[r] = t[0], hier[r] = t[1];
-    }
-    t[0] = median(flat, TIME_ROUNDS);
-    t[1] = median(hier, TIME_ROUNDS);
-    MT__MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, f->data), agree);
-agree:
-    mt__call_init(&call, MT__CALL_INTERNAL, 10, 0, 0);
-    if ((rc = mt__agree(f->comm, &call, rc, NULL)))
-        goto out;
-    bool hier_wins = t[1] < t[0]; /* the same doubles on every rank */
+    bool hier_wins = false;
+    int rc = mt__fusion_time(f->comm, f->data, f->b, f->nb, f->be, f->be_state, f->alt,
+                             f->alt_state, &hier_wins);
+    if (rc)
+        return rc;
     const mt__fusion_backend *lose = hier_wins ? f->alt : f->be;
     lose->close(hier_wins ? f->alt_state : f->be_state);
     if (!hier_wins) {
@@ -747,10 +552,7 @@ agree:
         }
     f->alt = NULL;
     f->alt_state = NULL;
-out:
-    block_release(&k);
-    free(sb);
-    return rc;
+    return MT_OK;
 }
 
 /* Collective, once: every rank registered the same tensors; buffers for the layout;
@@ -848,11 +650,6 @@ int mt_fusion_wait(mt_fusion *f)
     if (rc)
         mt__error_set_text(msg);
     return rc;
-}
-
-void mt__fusion_set_chunk(size_t n)
-{
-    fusion_chunk = n > 0 && n <= INT_MAX ? n : INT_MAX;
 }
 
 int mt__fusion_buckets(const mt_fusion *f)

@@ -6,7 +6,9 @@
  *   fusion_mpi.c   anywhere ("flat"): MPI_Allreduce on the fusion's private communicator;
  *   fusion_hier.c  across nodes: a shared-memory sum within each node, an allreduce among
  *                  one leader per node, the result read back through shared memory.
- * What the shared-memory backends share (the node's segment, its barrier, blocks handed
+ * What the fusion and every backend share (a bucket's pieces, the averaging, the step
+ * size, the blocks of mt_fusion_alloc) is fusion_pieces.c; auto's timing contest
+ * fusion_auto.c. What the shared-memory backends share (the node's segment, its barrier, blocks handed
  * out by mt_fusion_alloc, sums in rank order) is fusion_node.c; the 16-bit wire formats
  * and the compressed allreduce of the network step are fusion_wire.c.
  */
@@ -106,6 +108,22 @@ typedef struct {
 } mt__fusion_backend;
 
 extern const mt__fusion_backend mt__fusion_shm, mt__fusion_mpi, mt__fusion_hier;
+
+/* Collective over the backend's node: count zeroed floats in k, shared when backend be
+ * (may be NULL) shares memory and the system gives the mapping, else this rank's own
+ * aligned memory; `fail` (a fault site) makes this rank's part fail. */
+int mt__fblock_new(const mt__fusion_backend *be, void *state, int rank, size_t count,
+                   bool fail, mt__fblock *k);
+/* Local: the block's memory (the other ranks keep their mappings); _free also frees k. */
+void mt__fblock_release(mt__fblock *k);
+void mt__fblock_free(mt__fblock *k);
+
+/* fusion_auto.c. Collective over comm and data (the fusion's), at the registration check
+ * under auto: hier and flat both reduce scratch buckets of the sizes of b[0..nb), timed;
+ * *hier_wins, the same on every rank, says which was faster. Errors are agreed. */
+int mt__fusion_time(mt__comm *comm, MPI_Comm data, const mt__fbucket *b, int nb,
+                    const mt__fusion_backend *hier, void *hier_state,
+                    const mt__fusion_backend *flat, void *flat_state, bool *hier_wins);
 
 /* ------------------------------------------------ fusion_node.c: one node's shared memory */
 

@@ -45,6 +45,7 @@ typedef struct {
     uint64_t seq;        /* agreement number (waiting in it, or the last one passed) */
     double waited_s;     /* seconds in the current wait */
     double since_last_s; /* seconds since the last wait ended */
+    double at;           /* when it was taken, on the publisher's CLOCK_MONOTONIC */
     char desc[MT__DESC_LEN];
 } beat;
 
@@ -70,7 +71,12 @@ typedef struct {
 
 typedef struct {
     beat last;           /* latest beat received */
-    double heard;        /* when it arrived (local clock) */
+    double heard;        /* when its latest beat was taken, on this rank's clock: a beat
+                            published or delivered late (a scheduling gap between the
+                            snapshot and its delivery) is as old as its snapshot */
+    double offset;       /* other hosts: the least (arrival - at) seen, this rank's clock
+                            minus the peer's plus the fastest delivery */
+    double offset_set;   /* when offset was last set (0: no beat yet) */
     bool bye;
     bool local;          /* same host and namespaces: beats through its slot */
     bool visible;        /* its /proc entry could be read at the start: liveness checked */
@@ -91,6 +97,7 @@ static void snapshot(beat *b)
     b->seq = p.seq;
     b->waited_s = p.waited_s;
     b->since_last_s = p.since_last_s;
+    b->at = mt__now();
     mt__call call = p.call;
     if (call.kind == MT__CALL_NONE)
         snprintf(b->desc, sizeof b->desc, "(no collective yet)");
@@ -433,7 +440,7 @@ static void publish(mt__watchdog *w, const beat *b, bool bye)
 }
 
 /* The beats of the ranks on this host, from their slots: a peer is heard from when its
- * tick count moved. */
+ * tick count moved, as of when its beat was taken (one host: one CLOCK_MONOTONIC). */
 static void read_slots(mt__watchdog *w)
 {
     double now = mt__now();
@@ -456,11 +463,28 @@ static void read_slots(mt__watchdog *w)
             if (atomic_load_explicit(&sl->version, memory_order_relaxed) == v1) {
                 p->last = b;
                 p->ticks = t;
-                p->heard = now;
+                p->heard = fmin(b.at, now);
                 break;
             }
         }
     }
+}
+
+/* When a beat of another host that arrived at `now` was taken, on this rank's clock: its
+ * time plus the least offset seen (the clocks' difference plus the fastest delivery), so
+ * a beat that waited in a scheduling gap or a queue counts as old as it is. The least
+ * offset may creep up by 100 ppm of the time since it was set (more than any two clocks
+ * drift apart), so a peer's clock running slow never makes its beats look stale. */
+static double heard_at(peer *p, double at, double now)
+{
+    double off = now - at;
+    double least = p->offset_set == 0 ? off : p->offset + 1e-4 * (now - p->offset_set);
+    if (off <= least) {
+        p->offset = off;
+        p->offset_set = now;
+        return now;
+    }
+    return fmin(at + least, now);
 }
 
 /* Takes every beat that has arrived from other hosts. */
@@ -476,11 +500,14 @@ static void receive(mt__watchdog *w)
                      MPI_STATUS_IGNORE) != MPI_SUCCESS)
             return;
         peer *p = &w->peers[st.MPI_SOURCE];
-        p->heard = mt__now();
-        if (b.bye)
+        double now = mt__now();
+        if (b.bye) {
+            p->heard = now;
             p->bye = true;
-        else
-            p->last = b;
+            continue;
+        }
+        p->last = b;
+        p->heard = heard_at(p, b.at, now);
     }
 }
 
@@ -541,9 +568,12 @@ static void *watch(void *arg)
     for (;;) {
         bool stopping = atomic_load(&w->stop);
         double now = mt__now();
-        if (now - last_tick > w->stale_s) /* this rank was stopped, not its peers */
+        /* this rank was stopped, not its peers: beats of other hosts may wait unread in
+         * MPI; those of this host are judged by when they were taken */
+        if (now - last_tick > w->stale_s)
             for (int r = 0; r < w->size; r++)
-                w->peers[r].heard = now;
+                if (!w->peers[r].board)
+                    w->peers[r].heard = now;
         last_tick = now;
         beat b;
         snapshot(&b);

@@ -1,5 +1,5 @@
 /*
- * watchdog.h -- stall and lost-rank detection (rule 2 of DESIGN.md).
+ * watchdog.h -- stall and lost-rank detection (rule 2 of docs/design.md).
  *
  * Every agreement and the data movement after it record where this rank waits
  * (position.h). While a watchdog runs (during fit), a helper thread on every rank publishes that state

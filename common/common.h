@@ -141,6 +141,17 @@ int mt__env_i64(const char *var, int64_t min, int64_t max, int64_t *out);
 int mt__env_u64(const char *var, uint64_t min, uint64_t max, uint64_t *out);
 int mt__env_f64(const char *var, double min, double max, double *out);
 int mt__env_bool(const char *var, bool *out); /* "0" or "1" */
+/* The one table of the fusion's algorithm and compression words, in mt_fusion_algo's and
+ * mt_compression's order: the knobs MT_FUSION_ALGO and MT_FUSION_COMPRESS, the messages,
+ * mt_fusion_algo_word and mt_compression_word (the trainer's flags, the benchmark) all
+ * read it. */
+#define MT__FUSION_ALGO_MAP(XX) XX("auto") XX("flat") XX("shm") XX("hier")
+#define MT__COMPRESSION_MAP(XX) XX("none") XX("fp16") XX("bf16")
+
+/* Mix v into a 64-bit hash (FNV-1a over its 8 bytes; h 0 starts one): the signatures of
+ * collective calls, checkpoints, data options and fusion registrations. */
+uint64_t mt__sig_mix(uint64_t h, uint64_t v);
+
 /* One of the '|'-separated words (its index in *out): "MT_FUSION_ALGO: 'x' is not one of
  * auto, flat, shm, hier" otherwise. */
 int mt__env_word(const char *var, const char *words, int *out);
@@ -156,10 +167,11 @@ typedef struct {
     uint64_t min, max;
     const char *words;    /* MT__KNOB_WORD: the values, '|'-separated, in enum order */
 } mt__env_knob;
-/* The words of MT_FUSION_ALGO and MT_FUSION_COMPRESS, in mt_fusion_algo's and
- * mt_compression's order. */
-#define MT__FUSION_ALGO_WORDS "auto|flat|shm|hier"
-#define MT__FUSION_COMPRESS_WORDS "none|fp16|bf16"
+/* The words of MT_FUSION_ALGO and MT_FUSION_COMPRESS, '|'-separated, from the one table
+ * (MT__FUSION_ALGO_MAP, words.c). */
+#define MT__BAR_WORD(w) "|" w
+#define MT__FUSION_ALGO_WORDS (MT__FUSION_ALGO_MAP(MT__BAR_WORD) + 1)
+#define MT__FUSION_COMPRESS_WORDS (MT__COMPRESSION_MAP(MT__BAR_WORD) + 1)
 extern const mt__env_knob mt__env_knobs[]; /* ends with a NULL name */
 uint64_t mt__env_knob_u64(const char *name, uint64_t dflt);
 double mt__env_knob_f64(const char *name, double dflt);

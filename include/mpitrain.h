@@ -448,6 +448,11 @@ MT_EXTERN const char *mt_fusion_algo_name(const mt_fusion *f);
 /* Local. The network step's format after the environment: "none", "fp16", "bf16"; NULL
  * for NULL. */
 MT_EXTERN const char *mt_fusion_compression_name(const mt_fusion *f);
+/* Local. The word that asks for an algorithm or a compression (MT_FUSION_ALGO,
+ * MT_FUSION_COMPRESS, a program's flags): "auto", "flat", "shm", "hier"; "none", "fp16",
+ * "bf16"; NULL out of range, so a program can list them all from 0 up. */
+MT_EXTERN const char *mt_fusion_algo_word(mt_fusion_algo algo);
+MT_EXTERN const char *mt_compression_word(mt_compression compression);
 /* Local, but every rank adds the same tensors in the same order (checked at the first
  * ready or wait), before the first ready/wait. Returns the tensor's index (>= 0). */
 MT_EXTERN int mt_fusion_add(mt_fusion *f, float *tensor, size_t count);

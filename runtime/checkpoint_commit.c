@@ -23,7 +23,7 @@
  * Every array carries a CRC-32 of its bytes in row order; restore verifies it. Each rank
  * sums its own rows and rank 0 combines the sums (crc32_combine). What decides which rows
  * a rank gets back (names, dtypes, shapes, layouts, row offsets, metadata) is checked too
- * (io/ckpt.c); a checkpoint failing any check is skipped with a warning naming the file
+ * (io/ckpt_index.c); a checkpoint failing any check is skipped with a warning naming the file
  * and what failed, and the previous one is used (checkpoint_restore.c).
  */
 #include "checkpoint.h"

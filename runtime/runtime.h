@@ -140,7 +140,7 @@ void mt__run_remove_leftovers(const mt__rundir *r);
 int mt__run_drop(mt__rundir *r, const char *const *names, int n);
 void mt__run_reap_wait(mt__rundir *r);
 
-/* Retention: which kept checkpoints to delete now (Ray Train's rules; see DESIGN.md).
+/* Retention: which kept checkpoints to delete now (Ray Train's rules; see docs/design.md).
  * Fills drop[i] for each kept entry; MT_ENOMEM (none dropped) when out of memory. */
 int mt__retention(const mt__kept *kept, int n, int latest, const mt_checkpoint_config *cfg,
                   bool *drop);
@@ -232,18 +232,26 @@ struct mt_context {
     size_t fusions_cap;
 };
 
+/* ---- job.c: the process-wide job */
 /* The job's world: MPI_COMM_WORLD, or parent and children merged in spawn mode. */
 MPI_Comm mt__world(void);
 /* Spawn mode: from a singleton, start workers-1 copies of this program (collective with
  * them); a no-op under a launcher. Spawned ranks that do not all start within timeout_s
  * end the job (MT_EXIT_STALLED); a rank that dies ends it (MT_EXIT_LOST). */
 int mt__spawn(int workers, double timeout_s);
+/* mt_trainer_fit is running in this process; _enter and _leave bracket a fit. */
+bool mt__fit_running(void);
+void mt__fit_enter(void);
+void mt__fit_leave(void);
+/* CPUs in the calling thread's affinity mask (1 when it cannot be read). */
+int mt__affinity_cpus(char *list, size_t list_len);
 
+/* ---- context.c: one fit's context */
 /* Collective over world: a context with a private communicator and the topology. */
 int mt__context_create(mt_context **out, MPI_Comm world);
+/* What the layers above hung on c (shards, the checkpoint buffer) is theirs to release
+ * first (the fit does). */
 void mt__context_destroy(mt_context **c);
-/* mt_trainer_fit is running in this process. */
-bool mt__fit_running(void);
 /* c is a context a fit is running now (contexts end when fit returns); otherwise records
  * MT_EINVAL naming fn and returns false. Never reads *c unless it is live. */
 bool mt__ctx_ok(const mt_context *c, const char *fn);
@@ -253,9 +261,6 @@ void mt__context_set_current(mt_context *c);
 /* Close every shard the context opened (collective: HDF5 closes files collectively). */
 void mt__shards_close(mt_context *c);
 void mt__checkpoint_release(mt_context *c); /* the staging buffer */
-
-/* CPUs in the calling thread's affinity mask (1 when it cannot be read). */
-int mt__affinity_cpus(char *list, size_t list_len);
 
 /* Local. Every environment knob parses and is in range; MT_EINVAL listing the bad ones. */
 int mt__env_validate(void);

@@ -32,15 +32,6 @@ struct mt_trainer {
     bool fitting;          /* inside mt_trainer_fit: the trainer must not change or go */
 };
 
-/* A fit is running in this process (fit is collective over the whole job: one at a time,
- * and never from inside a training function). */
-static _Atomic int fits_running;
-
-bool mt__fit_running(void)
-{
-    return fits_running > 0;
-}
-
 static char **copy_names(const char *const *names)
 {
     size_t n = 0;
@@ -630,7 +621,7 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
         *out = NULL;
     if (!t)
         return mt__error(MT_EINVAL, "mt_trainer_fit: trainer is NULL");
-    if (fits_running)
+    if (mt__fit_running())
         return mt__error(MT_EINVAL, "mt_trainer_fit: a fit is running already (called from "
                                     "inside the training function?); fits run one at a time");
     MPI_Initialized(&init);
@@ -641,11 +632,11 @@ int mt_trainer_fit(mt_trainer *t, mt_result **out)
     if (fin)
         return mt__error(MT_EINVAL, "mt_trainer_fit: MPI was finalised (mt_finalize); fit "
                                     "must come before it");
-    fits_running++;
+    mt__fit_enter();
     t->fitting = true;
     rc = fit(t, out);
     t->fitting = false;
-    fits_running--;
+    mt__fit_leave();
     return rc;
 }
 
@@ -794,6 +785,8 @@ static int fit_finish(const mt_trainer *t, fit_state *f, int rc, const char *fin
     mt__run_unlock(&f->lock_fd);
     mt_metrics_free(&ctx->last_metrics);
     mt_checkpoint_free(&ctx->restored);
+    mt__shards_close(ctx); /* what data and checkpoints hung on the context */
+    mt__checkpoint_release(ctx);
     mt__context_destroy(&f->ctx);
     return rc;
 }

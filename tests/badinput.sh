@@ -4,7 +4,7 @@
 # read strictly, and the importer refuses files whose headers lie.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 scratch badinput
 
 # ---------------------------------------------------------------- mpitrain-show --plot

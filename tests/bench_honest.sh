@@ -12,6 +12,7 @@
 #    verdict and no JSON figure of that suite is printed.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
+need_tier check
 bench="$b/benchmarks/mpitrain-bench"
 scratch bench-honest
 unset MT_STORAGE_PATH MT_NAME

@@ -10,10 +10,10 @@
 #    tagged train, link and ddp lines that jsonl_check accepts, and no cluster left.
 #    Its cluster is $MT_CLUSTER on $MT_CLUSTER_NET when set, else ${MT_CLUSTER_PREFIX}b
 #    (default mtb) on ${MT_CLUSTER_SUBNET}.5 (default 10.77.5).
-# Kept out of make distcheck, as the cluster tests are.
+# The full tier only (tests/lib.sh), as the cluster tests.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier full
 b="${top_builddir:-.}"
 top="${top_srcdir:-.}"
 scratch bench-scripts

@@ -1,12 +1,11 @@
 #!/bin/sh
 # tests/chaos.sh: allocation-failure injection (tests/chaos.c) at 1 and 2 ranks; at 2
 # ranks each rank takes its turn as the one whose allocation fails. Many short fits: their
-# run folders go to /dev/shm (MT_TEST_SHM, see tests/mpirun.sh). The plain build runs the 2
-# ranks only: the sanitizer build runs both, and sees there every crash the plain build
-# would, and the leaks it would not.
-if [ -n "${MT_QUICK_CHECK:-}" ]; then # make distcheck: both builds' runs cover it
-    echo "skipped (MT_QUICK_CHECK is set)"; exit 77
-fi
+# run folders go to /dev/shm (MT_TEST_SHM, see tests/mpirun.sh). The full tier: the plain
+# build runs the 2 ranks only; the sanitizer build runs both, and sees there every crash the
+# plain build would, and the leaks it would not.
+. "${top_srcdir:-.}/tests/lib.sh"
+need_tier full
 fail=0
 nps="1 2"
 [ -z "${MT_SANITIZED:-}" ] && nps=2

@@ -5,13 +5,18 @@
 # warning saying what, the previous one used.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 probe="$b/tests/ckpt_probe"
 scratch ckpt
 export MT_STORAGE_PATH="$store"
 
+# make check: one case of each (2 -> 3 ranks, 256 MiB from 2 ranks); the full tier: 4 -> 2
+# and 1 GiB from 2 and 4 ranks as well
+pairs='"2 3" "4 2"' mib=1024 nps="2 4"
+tier full || { pairs='"2 3"' mib=256 nps=2; }
 # sharded restore at another world size: saved at 2, restored at 3; saved at 4, restored at 2
-for pair in "2 3" "4 2"; do
+eval "set -- $pairs"
+for pair in "$@"; do
     set -- $pair
     name="resplit-$1-$2"
     "$run" "$1" "$probe" save "$name" 1001 >"$out" 2>"$err"
@@ -24,9 +29,8 @@ done
 
 # rank 0 holds at most one buffer (64 MiB) of the others' data, plus a small constant
 # (1 GiB; 256 MiB under the sanitizers, whose shadow memory makes the figure moot anyway)
-mib=1024
 [ -n "${MT_SANITIZED:-}" ] && mib=256
-for np in 2 4; do
+for np in $nps; do
     "$run" "$np" "$probe" big "big-$np" $mib >"$out" 2>"$err"
     rc=$?
     grew=$(sed -n 's/.*memory grew by \([0-9-]*\) MiB.*/\1/p' "$out")

@@ -13,8 +13,8 @@
 #   MT_CLUSTER_PREFIX=ar MT_CLUSTER_SUBNET=10.79 make check
 # (prefix: 1 to 4 lower-case letters or digits, so that node and link names stay within
 # cluster.sh's 8 characters; subnet: A.B, numbers up to 255, routed nowhere on this
-# machine). Sourcing this file skips under make distcheck, as every cluster test does.
-skip_in_quick_check
+# machine). Sourcing this file skips below the full tier (tests/lib.sh), as every cluster test does.
+need_tier full
 cl="${top_srcdir:-.}/tests/cluster.sh"
 cprefix=${MT_CLUSTER_PREFIX:-mt}
 csubnet=${MT_CLUSTER_SUBNET:-10.77}

@@ -4,7 +4,7 @@
 # MT_NODE_KEY (3+1, 2+2 interleaved, 1+1+2). Each line of mpitrain-info is checked.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier full
 info="${top_builddir:-.}/tools/mpitrain-info"
 out=$(mktemp); err=$(mktemp)
 # a storage path of its own: two suites running at once must not share a run directory

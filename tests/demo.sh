@@ -7,7 +7,7 @@
 # may print "(null)".
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 scratch demo
 limit=$((240 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 runs="$store/runs"

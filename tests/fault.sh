@@ -9,7 +9,7 @@
 #  - max_failures exhausted: the error in error.txt and a non-zero exit.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 scratch fault
 fmnist_h5
 common="--data $data --storage-path $store/runs --steps-per-epoch 30 --epochs 4"
@@ -17,7 +17,10 @@ common="--data $data --storage-path $store/runs --steps-per-epoch 30 --epochs 4"
 last_line() { tail -n 1 "$store/runs/$1/result.json" | tr ',' '\n' | grep -E '"(epoch|train_loss|test_acc|lr|training_iteration)":' | tr '\n' ' '; }
 limit=$((240 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 
-for np in 2 4; do
+# make check: 2 ranks (SIGTERM); the full tier: 4 ranks (SIGUSR1) as well
+nps="2 4"
+tier full || nps=2
+for np in $nps; do
     "$run" "$np" "$b/tools/trainer" $common --name clean-$np >"$out" 2>"$err"
     "$run" "$np" "$b/tools/trainer" $common --name retry-$np --max-failures 1 --fail-rank 1 \
         --fail-epoch 2 >"$out" 2>"$err"

@@ -8,7 +8,7 @@
 #    earlier rows intact.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 probe="$b/tests/ckpt_probe"
 check="$b/tests/jsonl_check"
 if [ "$(id -u)" -ne 0 ]; then echo "skipped: mounting a tmpfs needs root"; exit 77; fi

@@ -9,7 +9,7 @@
 # for the same bits on every rank. The suite itself derives what to expect from the keys.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier full
 scratch fusion-nodes
 suite="${top_builddir:-.}/tests/test_mpi_fusion"
 limit=$((240 * ${MT_TEST_TIMEOUT_SCALE:-1}))

@@ -3,9 +3,11 @@
 #  1. (make check) this build's `make install` into a DESTDIR, then
 #       mpicc demo.c $(pkg-config --cflags --libs mpitrain)
 #     and a run at 2 ranks (with this build's sanitizer flags, if any);
+#     Also (make check, in a git checkout): README's build line up to its configure, in a
+#     copy of the repository's files as a fresh clone has them (no configure script).
 #  2. (tests/install.sh --installed, from make installcheck, so in make distcheck: after
-#     its configure --prefix, make and make install) README's commands after "./configure
-#     --prefix=$HOME/mpitrain && make -j && make install" literally, HOME a temporary folder
+#     its configure --prefix, make and make install) README's commands after "autoreconf
+#     -fi && ./configure --prefix=$HOME/mpitrain && make -j && make install" literally, HOME a temporary folder
 #     whose mpitrain is that prefix, to "mpirun -np 2 ./demo", with no LD_LIBRARY_PATH and
 #     no oversubscription setting: PKG_CONFIG_PATH and the rpath in mpitrain.pc are enough.
 #     Run there, it shares distcheck's build instead of building everything once more.
@@ -23,7 +25,25 @@ demo_ran() { # demo_ran RESULTS: the demo's 3 epochs, finished
         && grep -q '"status": "finished"' "$1/demo/run.json"
 }
 
+install_line() { # README's build line, the first line of its install block
+    awk '/^Build it against an installed mpitrain/ { f = 1; next } f && /^```sh/ { g = 1; next }
+         g { print; exit }' "$src/README.md" | sed -e 's/ *#.*$//'
+}
+
 if [ "${1:-}" != --installed ]; then
+    need_tier full # make distcheck's install and installcheck cover it in the other tiers
+    # 0. README's build line in a fresh clone: the tracked files only, so no configure yet;
+    #    its commands up to configure (make is what the rest of this suite tests)
+    line=$(install_line)
+    if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        mkdir "$tmp/clone"
+        (cd "$src" && git ls-files -z | xargs -0 cp --parents -t "$tmp/clone" 2>/dev/null)
+        upto=$(printf '%s\n' "$line" | sed 's/ && make .*//')
+        if [ ! -e "$tmp/clone/configure" ] && (cd "$tmp/clone" && HOME="$tmp/home0" sh -eu -c "$upto") \
+            >"$out" 2>"$err" && [ -f "$tmp/clone/Makefile" ]; then
+            ok "README's build line ($upto) works in a fresh clone, which has no configure"
+        else bad "README's build line in a fresh clone: $upto"; tail -n 5 "$err"; fi
+    else echo "not a git checkout: README's build line in a fresh clone not tried"; fi
     # 1. DESTDIR install of this build
     if ${MAKE:-make} -C "${top_builddir:-.}" install DESTDIR="$tmp/root" >"$out" 2>"$err"; then
         pc=$(find "$tmp/root" -name mpitrain.pc | head -n 1)
@@ -67,7 +87,7 @@ cat "$tmp/after-install.sh"
  HOME="$tmp/home"; export HOME
  timeout -k 5 $((300 * ${MT_TEST_TIMEOUT_SCALE:-1})) sh -eu "$tmp/after-install.sh") >"$out" 2>"$err"
 rc=$?
-if [ $rc -eq 0 ] && [ "$(head -n 1 "$tmp/readme.sh")" = './configure --prefix=$HOME/mpitrain && make -j && make install' ] \
+if [ $rc -eq 0 ] && [ "$(head -n 1 "$tmp/readme.sh")" = 'autoreconf -fi && ./configure --prefix=$HOME/mpitrain && make -j && make install' ] \
     && [ "$(grep -c . "$tmp/readme.sh")" -eq 4 ] && demo_ran "$tmp/home/mpitrain_results" \
     && readelf -d "$tmp/build/demo" | grep -q "R.*PATH.*$libdir"; then
     ok "README's commands as written after configure --prefix and make install: PKG_CONFIG_PATH, mpicc with pkg-config, mpirun -np 2 (rpath, no LD_LIBRARY_PATH)"

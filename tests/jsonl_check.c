@@ -5,7 +5,7 @@
  * host, version, ranks and mode (quick or full); a figure with a budget has "budget" (its
  * rule: clauses "KEY <= X" or "KEY >= X", X a number or another key, joined by ", or ")
  * and a boolean "budget_met" that agrees with the line's figures; and at 2 ranks every
- * figure DESIGN.md gives a budget for has one (shard, report, checkpoints up to 1 GiB,
+ * figure docs/design.md gives a budget for has one (shard, report, checkpoints up to 1 GiB,
  * train, allreduce from 64 KiB, fusion at 1 KiB tensors). Timings are never judged, only
  * the fields and their agreement.
  */

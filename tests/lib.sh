@@ -32,7 +32,6 @@ exits() {
     [ "$rc" -eq "$want" ]
 }
 finish() { echo "$((checks - fails)) passed, $fails failed"; [ "$fails" -eq 0 ]; exit $?; }
-# make distcheck: the end-to-end runs of both builds already cover these scripts
 # fake_nodes LIMIT PROGRAM KEY...: PROGRAM at one rank per KEY under mpirun, the ranks of
 # equal keys on one fake node (one app context each, with the test-only MT_NODE_KEY), its
 # output in $out and $err, a hang ended after LIMIT s; sets $rc
@@ -47,8 +46,25 @@ fake_nodes() {
     timeout -k 10 "$limit" mpirun --oversubscribe $args >"$out" 2>"$err"
     rc=$?
 }
-skip_in_quick_check() {
-    if [ -n "${MT_QUICK_CHECK:-}" ]; then echo "skipped (MT_QUICK_CHECK is set)"; exit 77; fi
+# The test tiers (docs/testing.md), one switch: MT_TEST_TIER=fast (make check-fast: a
+# developer's loop after each change), check (make check, the default: one case of each
+# behaviour) or full (scripts/test.sh and CI: every matrix, the cluster, Slurm, distcheck).
+#   tier NAME        true when this run's tier includes NAME (a script's longer cases)
+#   need_tier NAME   skip the whole script (exit 77, automake's SKIP) unless it does
+tier_rank() {
+    case "$1" in
+    fast) echo 1 ;; check) echo 2 ;; full) echo 3 ;;
+    *) echo "tests/lib.sh: MT_TEST_TIER='$1': expected fast, check or full" >&2; echo 0 ;;
+    esac
+}
+tier() {
+    have=$(tier_rank "${MT_TEST_TIER:-check}")
+    [ "$have" -gt 0 ] || exit 99 # automake's hard error: a mistyped tier runs nothing
+    [ "$have" -ge "$(tier_rank "$1")" ]
+}
+need_tier() {
+    tier "$1" && return 0
+    echo "skipped: tier $1 and above (MT_TEST_TIER=${MT_TEST_TIER:-check})"; exit 77
 }
 # scratch NAME: a temporary folder $store (removed on exit) holding $out and $err
 scratch() {

@@ -5,7 +5,7 @@
 # before training, naming the path; the run's history reads back through mpitrain-show.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 scratch results
 fmnist_h5
 common="--data $data --storage-path $store/runs --steps-per-epoch 20 --checkpoint-frequency 1"

@@ -9,7 +9,7 @@
 #    the next append; rows written after the last checkpoint are superseded, not repeated.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 probe="$b/tests/ckpt_probe"
 check="$b/tests/jsonl_check"
 scratch rundir

@@ -15,6 +15,7 @@
 #    cleared (the link goes, its target stays).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
+need_tier check
 ex="$b/tools/trainable-example"
 info="$b/tools/mpitrain-info"
 bench="$b/benchmarks/mpitrain-bench"

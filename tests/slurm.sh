@@ -10,7 +10,7 @@
 #    itself, resumes and completes, with every iteration once in result.json.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier full
 src=$(cd "${top_srcdir:-.}" && pwd)
 for p in slurmctld slurmd sbatch munged; do
     command -v $p >/dev/null 2>&1 || { echo "FAILED: $p not installed (scripts/setup.sh --slurm)"; echo "0 passed, 1 failed"; exit 1; }

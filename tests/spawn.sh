@@ -17,7 +17,7 @@
 #    computes, many shared-memory barriers) finish, with mpirun -np 3's numbers.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 scratch spawn
 fmnist_h5
 limit=$((60 * ${MT_TEST_TIMEOUT_SCALE:-1}))
@@ -25,9 +25,15 @@ common="--data $data --storage-path $store/runs --steps-per-epoch 20"
 # a collective that hangs (see README) ends with 76 well inside the test's timeout
 resume="--stall-warn 10 --stall-timeout 40"
 
+# make check: one case of each behaviour (a rank dying in fit at 2 workers, a spawned rank
+# killed and the run resumed); the full tier: every moment at 2 and 3 workers, the
+# finalize and joining stalls, fusion at 3 workers, the parent killed
+full=1
+tier full || full=""
 last_field() { # last_field RUN KEY: KEY's value in the last line of result.json
     tail -n 1 "$store/runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n "s/^ *\"$2\": *//p"
 }
+[ -n "$full" ] && {
 MT_FUSION_BYTES=65536 "${top_srcdir:-.}/tests/mpirun.sh" 3 "$b/tools/trainer" $common --epochs 2 \
     --name fused-mpirun >"$out" 2>"$err"
 MT_FUSION_BYTES=65536 timeout -k 5 $((limit * 2)) "$b/tools/trainer" --num-workers 3 $common $resume \
@@ -37,6 +43,7 @@ l1=$(last_field fused-mpirun train_loss); l2=$(last_field fused-spawn train_loss
 if [ $rc -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ]; then
     ok "spawn mode, 3 workers, 64 KiB fusion buckets: finishes with mpirun -np 3's train_loss ($l2)"
 else bad "spawn mode, 3 workers, 64 KiB buckets (exit $rc, loss '$l1' vs '$l2')"; fi
+}
 
 # every descendant of pid $1: the parent rank, its helper daemon (orted), the spawned ranks
 job_pids() {
@@ -76,8 +83,10 @@ run_dying() {
     seen=$(echo $seen | tr ' ' '\n' | sort -u)
 }
 n=0
-for np in 2 3; do
-    for moment in init merge fit-begin fit-end finalize disconnected; do
+nps="2 3" moments="init merge fit-begin fit-end finalize disconnected" victims="child parent"
+[ -n "$full" ] || { nps=2 moments=fit-begin victims=child; }
+for np in $nps; do
+    for moment in $moments; do
         n=$((n + 1))
         victim=$((1 + n % (np - 1))) # at 3 workers, rank 1 or rank 2 by turns
         run_dying $np die-$moment:$victim die-$moment-$np
@@ -91,7 +100,7 @@ for np in 2 3; do
         [ -n "$left" ] && kill -9 $left 2>/dev/null
     done
 done
-for np in 2 3; do
+[ -n "$full" ] && for np in 2 3; do
     run_dying $np die-finalize:0 parent-finalize-$np
     # shellcheck disable=SC2086
     left=$(left_over $seen)
@@ -103,7 +112,7 @@ for np in 2 3; do
 done
 # a rank stopped in mt_finalize once every rank is there: 76 at the stall timeout; a
 # stopped parent is killed by the rank that ends the job
-for victim in 1 0; do
+[ -n "$full" ] && for victim in 1 0; do
     run_dying 3 stop-finalize:$victim stopped-finalize-$victim --stall-warn 2 --stall-timeout 5
     want=76; [ $victim -eq 0 ] && want=137
     # shellcheck disable=SC2086
@@ -116,6 +125,7 @@ for victim in 1 0; do
 done
 # rank 0 busy after fit for longer than the stall timeout while the others wait in
 # mt_finalize: not a stall (the wait counts from when the last rank arrived)
+[ -n "$full" ] && {
 export MT_TEST_PAUSE_S=8
 run_dying 3 slow-finalize:0 slow-finalize --stall-warn 2 --stall-timeout 3
 unset MT_TEST_PAUSE_S
@@ -134,9 +144,10 @@ if [ $rc -eq 76 ] && [ -z "$left" ] && grep -q "1 of the 1 spawned ranks did not
 else bad "spawn mode: spawned rank stopped before joining (exit $rc, want 76; left:$left)"; fi
 # shellcheck disable=SC2086
 [ -n "$left" ] && kill -9 $left 2>/dev/null
+}
 ls /dev/shm/mpitrain-spawn-* >/dev/null 2>&1 && bad "spawn mode leaves its shared memory behind: $(ls /dev/shm/mpitrain-spawn-*)"
 
-for victim in child parent; do
+for victim in $victims; do
     name=kill-$victim
     timeout -k 5 $((limit * 2)) "$b/tools/trainer" --num-workers 2 $common --epochs 500 \
         --name $name >"$out" 2>"$err" &

@@ -8,13 +8,17 @@
 # also when the stopped rank is on another (emulated) node.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 probe="$b/tests/stall_probe"
 scratch stall
 export MT_STORAGE_PATH="$store/runs"
 limit=$((60 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 
-for np in 2 4; do
+# make check: one case of each (2 ranks; rank 1 stopped once; rank 0 and the launcher
+# stopped on one host); the full tier: the whole matrix below
+nps="2 4" victims="0 1" layouts="host nodes" tries="1 2 3"
+tier full || { nps=2 victims=1 layouts=host tries=1; }
+for np in $nps; do
     last=$((np - 1))
     if exits 0 "$run" "$np" "$probe" "$last" 1.5 --stall-warn 0.3 --stall-timeout 30 \
         && grep -q "stall_probe: done" "$out" \
@@ -47,10 +51,11 @@ warned_by_other() {
 }
 
 # three runs each in the plain build (a race would show in some), one under the sanitizers
-tries="1 2 3"
 [ -n "${MT_SANITIZED:-}" ] && tries=1
-for np in 2 3; do
-    for victim in 0 1; do
+stop_nps="2 3"
+tier full || stop_nps=2
+for np in $stop_nps; do
+    for victim in $victims; do
         for try in $tries; do
             : >"$out" # emptied before the job starts: no pid of the last run is read
             timeout -k 5 $limit mpirun --oversubscribe -np "$np" "$probe" -1 40 \
@@ -75,8 +80,8 @@ done
 # "nodes": rank 0 alone on one emulated node (MT_NODE_KEY), ranks 1 and 2 on another, so
 # their beats cross over MPI, as between hosts whose link went down.
 probe_args="-1 40 --stall-warn 1 --stall-timeout 3"
-for layout in host nodes; do
-    for victim in 0 1; do
+for layout in $layouts; do
+    for victim in $victims; do
         np=3
         : >"$out"
         if [ $layout = host ]; then

@@ -485,7 +485,7 @@ static void refused(const char *file, const char *msg)
     CU_ASSERT(f == H5I_INVALID_HID);
 }
 
-/* checkpoint.h5 starts with a checksum header over everything HDF5 parses (ckpt.c): a
+/* checkpoint.h5 starts with a checksum header over everything HDF5 parses (ckpt_seal.c): a
  * damaged byte in the header, the superblock or an object header, a file cut short or
  * appended to, an HDF5 file without the header (an older checkpoint), an empty or foreign
  * file are refused with MT_EFORMAT naming the file; a damaged byte of an array's data

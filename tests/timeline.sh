@@ -8,7 +8,7 @@
 # (tests/trace_probe); mpitrain-show --timeline summarises each rank or says why it cannot.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 scratch timeline
 fmnist_h5
 common="--data $data --storage-path $store/runs --steps-per-epoch 3 --epochs 2 --checkpoint-frequency 1"

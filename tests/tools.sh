@@ -14,7 +14,7 @@
 #    starting again at 1, and mpitrain-show names and marks where it resumed.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 scratch tools
 fmnist_h5
 unset MT_STORAGE_PATH MT_NAME

@@ -8,12 +8,12 @@
 #  - a step error on one rank, retried inside fit from the latest checkpoint;
 # each with result.json's training_iteration 1..N once each, the model's own iteration
 # count (saved and loaded by the callbacks) equal to it on every row, and the final loss
-# equal to an uninterrupted run's. Also: README's trainable example builds and runs, the
+# equal to an uninterrupted run's. Also: docs/guide.md's trainable example builds and runs, the
 # example's --help and refusal of unknown options, and a user's OMP_NUM_THREADS given at
 # launch is left alone (test_mpi_trainable's environment case at 3 ranks).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier full
 ex="$b/tools/trainable-example"
 scratch trainable
 limit=$((240 * ${MT_TEST_TIMEOUT_SCALE:-1}))
@@ -129,9 +129,9 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "option '--itterations': unknown option" "$err" && [ ! -d "$store/runs/linear-regression" ]; then
     ok "an unknown option is refused before anything runs (exit 2)"; else bad "unknown option (exit $rc)"; fi
 
-# README's trainable example, built against this build's library as a user would
+# docs/guide.md's trainable example, built against this build's library as a user would
 awk '/^## A trainable class/ { f = 1; next } f && /^```c/ { g = 1; next } g && /^```/ { exit } g' \
-    "${top_srcdir:-.}/README.md" >"$store/demo.c"
+    "${top_srcdir:-.}/docs/guide.md" >"$store/demo.c"
 sanopts=""
 [ -n "${MT_SAN_FLAGS:-}" ] && sanopts="${top_srcdir:-.}/common/sanopts.c"
 # shellcheck disable=SC2086
@@ -142,8 +142,8 @@ if [ -s "$store/demo.c" ] && mpicc ${MT_SAN_FLAGS:-} -I"${top_srcdir:-.}/include
     rc=$?
     if [ $rc -eq 0 ] && grep -q "^demo-class: w = 3.00 after [0-9]* iterations" "$out" \
         && [ "$(status demo-class)" = finished ]; then
-        ok "README's trainable example builds and converges at 2 ranks"
-    else bad "README's trainable example (exit $rc)"; fi
-else bad "README's trainable example does not build"; fi
+        ok "docs/guide.md's trainable example builds and converges at 2 ranks"
+    else bad "docs/guide.md's trainable example (exit $rc)"; fi
+else bad "docs/guide.md's trainable example does not build"; fi
 
 finish

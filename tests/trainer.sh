@@ -5,7 +5,7 @@
 # mpitrain-bench --quick runs every suite and writes valid JSON lines.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-skip_in_quick_check
+need_tier check
 scratch trainer
 fmnist_h5
 common="--data $data --storage-path $store/runs --steps-per-epoch 40 --checkpoint-frequency 1"
@@ -13,7 +13,10 @@ last_field() { # last_field RUN KEY: KEY's value in the last line of result.json
     tail -n 1 "$store/runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n "s/^ *\"$2\": *//p"
 }
 
-for np in 1 2 4; do
+# make check: 2 ranks; the full tier: 1 and 4 ranks as well, spawn mode at 4 too
+short_nps="1 2 4" spawn_nps="2 4"
+tier full || { short_nps=2 spawn_nps=2; }
+for np in $short_nps; do
     "$run" "$np" "$b/tools/trainer" $common --name short-$np --epochs 2 >"$out" 2>"$err"
     rc=$?
     acc=$(last_field short-$np test_acc)
@@ -36,7 +39,7 @@ if [ $rc1 -eq 1 ] && [ $rc2 -eq 0 ] && grep -q "resumed from .*checkpoint_000000
 else bad "resume (exits $rc1, $rc2)"; fi
 
 # the same job in spawn mode: no launcher, the same numbers
-for np in 2 4; do
+for np in $spawn_nps; do
     "$run" $np "$b/tools/trainer" $common --name by-mpirun-$np --epochs 2 >"$out" 2>"$err"
     timeout -k 5 $((120 * ${MT_TEST_TIMEOUT_SCALE:-1})) "$b/tools/trainer" --num-workers $np $common \
         --name by-spawn-$np --epochs 2 >"$out" 2>"$err"

@@ -298,22 +298,23 @@ static void usage(FILE *out)
     mt_config_help(out, &default_config);
 }
 
-static const char *const compressions[] = {"none", "fp16", "bf16", NULL};
-static const char *const algos[] = {"auto", "flat", "shm", "hier", NULL};
+static const char *compression_at(int i) { return mt_compression_word((mt_compression)i); }
+static const char *algo_at(int i) { return mt_fusion_algo_word((mt_fusion_algo)i); }
 
-/* v as the index of one of words (0), or -2 when it is none of them (rank 0 says so). */
-static int word(const char *name, const char *v, const char *const *words, int *out,
+/* v as the index of one of the library's words (0), or -2 when it is none of them (rank 0
+ * says so). */
+static int word(const char *name, const char *v, const char *(*words)(int), int *out,
                 int rank)
 {
-    for (int i = 0; words[i]; i++)
-        if (!strcmp(v, words[i])) {
+    for (int i = 0; words(i); i++)
+        if (!strcmp(v, words(i))) {
             *out = i;
             return 0;
         }
     if (rank == 0) {
         fprintf(stderr, "trainer: %s: '%s' is not one of", name, v);
-        for (int i = 0; words[i]; i++)
-            fprintf(stderr, "%s %s", i ? "," : "", words[i]);
+        for (int i = 0; words(i); i++)
+            fprintf(stderr, "%s %s", i ? "," : "", words(i));
         fprintf(stderr, "\n");
     }
     return -2;
@@ -350,9 +351,9 @@ static int parse(int argc, char **argv, options *o, int rank)
         if (e == 1 && !strcmp(a, "--data"))
             e = v ? (o->data = v, 0) : 2;
         if (e == 1 && !strcmp(a, "--fusion-compression"))
-            e = v ? word(a, v, compressions, &compression, rank) : 2;
+            e = v ? word(a, v, compression_at, &compression, rank) : 2;
         if (e == 1 && !strcmp(a, "--fusion-algo"))
-            e = v ? word(a, v, algos, &algo, rank) : 2;
+            e = v ? word(a, v, algo_at, &algo, rank) : 2;
         if (e == 0) {
             o->fusion.compression = (mt_compression)compression;
             o->fusion.algo = (mt_fusion_algo)algo;
