@@ -578,7 +578,13 @@ MT_EXTERN int mt_checkpoint_open(const char *path, mt_checkpoint **out);
  * files (those given to mt_checkpoint_add_file: rank 0's as NAME, rank r's as
  * rankR/NAME; listed by mt_checkpoint_open, the full path is mt_checkpoint_path/NAME);
  * 0 / NULL (and mt_last_error) for a checkpoint being built, an index out of range or
- * NULL. */
+ * NULL. Every commit adds three keys of its own, where the checkpoint belongs: "mt.run"
+ * (the run's identity, 32 hex digits, also in run.json's "run_id"), "mt.checkpoint" (its
+ * folder's name) and "mt.iteration" (an integer: the training_iteration reported with it);
+ * a resume checks them against run.json and skips, with a warning, a checkpoint that is
+ * not the one run.json names there (a file copied over another, or from another run), as
+ * it skips a damaged one. Checkpoints written before these keys existed are restored by
+ * their checksums alone. */
 MT_EXTERN size_t mt_checkpoint_num_arrays(const mt_checkpoint *ck);
 MT_EXTERN const char *mt_checkpoint_array_name(const mt_checkpoint *ck, size_t i);
 MT_EXTERN size_t mt_checkpoint_num_meta(const mt_checkpoint *ck);

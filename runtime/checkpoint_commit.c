@@ -547,9 +547,22 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *handle, mt__rundir
         status = write_array(c, file, a, rows, buf,
                              i == 0 && pause_here(run->next_index), status);
     }
+    /* where it belongs, for restore to check: the run, this folder, this iteration (the
+     * library's values under these keys, whatever the checkpoint's own held) */
+    char it_text[32];
+    snprintf(it_text, sizeof it_text, "%lld", (long long)iteration);
+    const char *stamp[3][2] = {{MT__META_RUN, run->run_id}, {MT__META_NAME, name},
+                               {MT__META_ITERATION, it_text}};
     for (int i = 0; i < ck->nmeta && !status; i++)
-        status = mt__ckpt_writer_meta(file, ck->meta_keys[i], ck->meta_types[i],
-                                      ck->meta_values[i]);
+        if (strcmp(ck->meta_keys[i], MT__META_RUN) && strcmp(ck->meta_keys[i], MT__META_NAME) &&
+            strcmp(ck->meta_keys[i], MT__META_ITERATION))
+            status = mt__ckpt_writer_meta(file, ck->meta_keys[i], ck->meta_types[i],
+                                          ck->meta_values[i]);
+    /* test-only: a checkpoint as one written before these keys existed */
+    bool unstamped = mt__test_fail("commit-unstamped", 0);
+    for (int i = 0; i < 3 && !status && !unstamped; i++)
+        status = mt__ckpt_writer_meta(file, stamp[i][0], i == 2 ? MT__META_I64 : MT__META_STR,
+                                      stamp[i][1]);
     {   /* seals the file when all went well; closes and fsyncs it in any case */
         MT__TRACE("checkpoint", "close");
         status = mt__ckpt_writer_close(&file, status);

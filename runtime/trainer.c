@@ -309,8 +309,11 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
         run->latest = -1;
         if (!(run->dir = mt__strdup(ctx->run_dir)))
             return MT_ENOMEM;
+        mt__run_new_id(run);
     } else if (!strcmp(run->status, "running")) /* the last attempt died without a word */
         run->failures++;
+    if (!run->run_id[0]) /* a run from before identities: its next checkpoints get one */
+        mt__run_new_id(run);
     mt__run_remove_leftovers(run); /* this job owns the folder now (run.lock) */
     json_t *params = mt__params_json(&t->cfg, ctx->world_size);
     if (json_object_set_new(json_object_get(params, "run"), "name", json_string(ctx->name))) {

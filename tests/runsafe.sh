@@ -12,7 +12,12 @@
 #    trace/rank_R.json), a hard link, and a FIFO: never written through or truncated; the
 #    files' own positions are an error naming the file (at 2 ranks, rank 1's trace file:
 #    every rank returns the error through the agreement), a temporary's position is
-#    cleared (the link goes, its target stays).
+#    cleared (the link goes, its target stays);
+#  - a trainable's checkpoint file copied over the latest (stamped with where it belongs,
+#    or as written before that) is skipped with a warning and the next older one used:
+#    the rerun finishes with every iteration once (tests/test_mpi_input's
+#    checkpoints_where_they_belong covers the function form, another run's checkpoint, a
+#    linked checkpoint folder and old checkpoints without the keys).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 need_tier check
@@ -164,6 +169,28 @@ if [ $rc -ne 0 ] && grep -q "rank 1.*$runs/trace2/trace/rank_1.json is a symboli
     && grep -q '"status": "failed"' "$runs/trace2/run.json"; then
     ok "2 ranks, a link at rank 1's trace file: the run fails on every rank naming it, the target unchanged"
 else bad "2 ranks, a link at trace/rank_1.json (exit $rc)"; fi
+# ---------------------------------------------------------------- point 3: the trainable form
+# a checkpoint file copied over the latest (with the keys a commit stamps, and as written
+# before them: only the trainable's own count): skipped with a warning, the next older one
+# loaded, every iteration once and the same final loss as a run never interrupted; the
+# rerun is not refused
+its() { tr ',{}' '\n\n\n' <"$runs/$1/result.json" | sed -n 's/^ *"training_iteration": *\([0-9]*\)$/\1/p' | tr '\n' ' '; }
+loss() { tail -n 1 "$runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n 's/^ *"loss": *\([^ ]*\)$/\1/p'; }
+six="--storage-path $runs --iterations 6 --checkpoint-frequency 1 --num-to-keep 0 --verbose 0"
+"$run" 1 "$ex" $six --name tclean >"$out" 2>"$err" || bad "a clean trainable run"
+for how in stamped unstamped; do
+    name=tswap-$how
+    if [ $how = unstamped ]; then MT_TEST_FAIL_AT=commit-unstamped:0 "$run" 1 "$ex" $six --name $name --fail-rank 0 --fail-iteration 4 >"$out" 2>"$err"
+    else "$run" 1 "$ex" $six --name $name --fail-rank 0 --fail-iteration 4 >"$out" 2>"$err"; fi
+    cp "$runs/$name/checkpoint_000000/checkpoint.h5" "$runs/$name/checkpoint_000002/checkpoint.h5"
+    "$run" 1 "$ex" $six --name $name >"$out" 2>"$err"
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "skipping $runs/$name/checkpoint_000002: .*copied over another" "$err" \
+        && [ "$(its $name)" = "1 2 3 4 5 6 " ] && [ -n "$(loss $name)" ] && [ "$(loss $name)" = "$(loss tclean)" ]; then
+        ok "trainable, a checkpoint copied over the latest ($how): skipped, the next older loaded, iterations 1..6 once, the clean run's loss"
+    else bad "trainable, a checkpoint copied over the latest ($how; exit $rc, iterations $(its $name), loss $(loss $name) vs $(loss tclean))"; fi
+done
+
 # reading: mt_result_load (mpitrain-show) names a link at run.json, never reads through it
 "$run" 1 "$ex" $common --name shown >"$out" 2>"$err"
 mv "$runs/shown/run.json" "$store/run.json" && ln -s "$store/run.json" "$runs/shown/run.json"

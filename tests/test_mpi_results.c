@@ -408,9 +408,17 @@ static void test_open_by_path(void)
         float w[3] = {0};
         MT_ASSERT_INT_EQ(mt_checkpoint_get(ck, "w", MT_F32, w, 3), MT_OK); /* converted */
         CU_ASSERT_DOUBLE_EQUAL(w[2], 2.5, 0);
-        MT_ASSERT_INT_EQ(mt_checkpoint_num_meta(ck), 2);
+        /* the checkpoint's own, then where the commit says it belongs */
+        MT_ASSERT_INT_EQ(mt_checkpoint_num_meta(ck), 5);
         MT_ASSERT_STR_EQ(mt_checkpoint_meta_key(ck, 0), "epoch");
         MT_ASSERT_STR_EQ(mt_checkpoint_meta_key(ck, 1), "kind");
+        MT_ASSERT_STR_EQ(mt_checkpoint_meta_key(ck, 2), "mt.checkpoint"); /* in name order */
+        CU_ASSERT(mt_checkpoint_get_meta(ck, "mt.run") &&
+                  strlen(mt_checkpoint_get_meta(ck, "mt.run")) == 32);
+        MT_ASSERT_STR_CONTAINS(mt_checkpoint_path(ck), mt_checkpoint_get_meta(ck, "mt.checkpoint"));
+        int64_t at = 0;
+        MT_ASSERT_INT_EQ(mt_checkpoint_get_meta_i64(ck, "mt.iteration", &at), MT_OK);
+        CU_ASSERT(at >= 1);
         MT_ASSERT_STR_EQ(mt_checkpoint_get_meta(ck, "kind"), "demo");
         int64_t epoch = 0;
         MT_ASSERT_INT_EQ(mt_checkpoint_get_meta_i64(ck, "epoch", &epoch), MT_OK);
