@@ -151,8 +151,8 @@ typedef struct {
     mt_checkpoint_config checkpoint;
     mt_failure_config failure;
     /* a finished run of the same name is replaced instead of refused; never together with
-     * a resume_from_checkpoint inside that run (MT_EINVAL: the folder it would clear holds
-     * the checkpoint the run is to start from) */
+     * a resume_from_checkpoint or a dataset file inside that run (MT_EINVAL before anything
+     * is deleted: the folder it would clear holds what the run is to read) */
     bool overwrite;
     bool trace; /* each rank writes a timeline to <run>/trace/rank_<R>.json (also MT_TRACE=1) */
     /* A checkpoint folder (of another run, or mt_checkpoint_open's) a new run starts from:

@@ -381,28 +381,43 @@ static int refuse_existing(const mt_context *ctx)
                      "(or MT_NAME)", ctx->name, ctx->run_dir, what);
 }
 
-/* Rank 0: run.overwrite with a run.resume_from_checkpoint inside the run directory it would
- * clear is MT_EINVAL (recorded): the checkpoint to start from would be deleted first. */
-static int overwrite_keeps_resume(const mt_context *ctx)
+/* Whether path (resolved, links followed) is dir or inside it. */
+static bool inside_dir(const char *path, const char *dir)
+{
+    char *p = path ? realpath(path, NULL) : NULL, *d = realpath(dir, NULL);
+    size_t n = d ? strlen(d) : 0;
+    bool in = p && d && !strncmp(p, d, n) && (p[n] == '/' || !p[n]);
+    free(p), free(d);
+    return in;
+}
+
+/* Rank 0: run.overwrite never deletes what the same job still needs: a
+ * run.resume_from_checkpoint or a dataset file inside the run directory it would clear is
+ * MT_EINVAL (recorded), before anything is deleted. */
+static int overwrite_keeps_inputs(const mt_context *ctx)
 {
     const mt_run_config *run = &ctx->cfg->run;
-    if (!run->overwrite || !run->resume_from_checkpoint)
+    if (!run->overwrite)
         return MT_OK;
-    char *from = realpath(run->resume_from_checkpoint, NULL), *dir = realpath(ctx->run_dir, NULL);
-    size_t n = dir ? strlen(dir) : 0;
-    bool inside = from && dir && !strncmp(from, dir, n) && (from[n] == '/' || !from[n]);
-    free(from), free(dir);
-    return inside ? mt__error(MT_EINVAL, "run.resume_from_checkpoint %s is inside %s, the run "
-                              "that run.overwrite (--overwrite) would clear: the checkpoint "
-                              "would be deleted before the run starts from it; copy it out "
-                              "of the run first, or give another --name",
-                              run->resume_from_checkpoint, ctx->run_dir)
-                  : MT_OK;
+    if (inside_dir(run->resume_from_checkpoint, ctx->run_dir))
+        return mt__error(MT_EINVAL, "run.resume_from_checkpoint %s is inside %s, the run that "
+                         "run.overwrite (--overwrite) would clear: the checkpoint would be "
+                         "deleted before the run starts from it; copy it out of the run "
+                         "first, or give another --name", run->resume_from_checkpoint,
+                         ctx->run_dir);
+    for (int i = 0; i < ctx->nspecs; i++)
+        if (inside_dir(ctx->specs[i].file, ctx->run_dir))
+            return mt__error(MT_EINVAL, "dataset %s's file %s is inside %s, the run that "
+                             "run.overwrite (--overwrite) would clear: it would be deleted "
+                             "before the run reads it; move it out of the run first, or give "
+                             "another --name", ctx->specs[i].name, ctx->specs[i].file,
+                             ctx->run_dir);
+    return MT_OK;
 }
 
 /* Rank 0 takes the run directory's lock (creating the folder first), and refuses a
  * finished run unless run.overwrite, any run that exists with run.refuse_existing, and
- * run.overwrite with a run.resume_from_checkpoint inside the run; a refusal is every
+ * run.overwrite with a checkpoint to start from or a dataset inside the run; a refusal is every
  * rank's own error with rank 0's text: the job is refused, no rank failed. Nothing is
  * created in a refused folder that was not there. When the folder cannot be created,
  * prepare_run says so. Collective. */
@@ -414,7 +429,7 @@ static int lock_run(mt_context *ctx, int *lock_fd)
     } r = {0, ""};
     int done = 0;
     if (ctx->world_rank == 0 && ((r.code = refuse_existing(ctx)) != MT_OK ||
-                                 (r.code = overwrite_keeps_resume(ctx)) != MT_OK))
+                                 (r.code = overwrite_keeps_inputs(ctx)) != MT_OK))
         snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
     else if (ctx->world_rank == 0 && mt__mkdirs(ctx->run_dir) == MT_OK &&
              ((r.code = mt__run_lock(ctx->run_dir, lock_fd)) != MT_OK ||

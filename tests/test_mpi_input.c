@@ -664,6 +664,34 @@ static void test_checkpoints_where_they_belong(void)
     MT_ASSERT_INT_EQ(a.restored_v, 3);
 }
 
+/* --overwrite never deletes what the same fit still needs: a dataset file or the
+ * checkpoint to start from inside the run it would clear is refused, nothing deleted. */
+static void test_overwrite_keeps_inputs(void)
+{
+    mt_trainer_config cfg = mt_test_config("ovw_inputs");
+    swap_arg a = {.fail = false};
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, counted, &a, NULL), MT_OK);
+    char data[600], ck[600];
+    snprintf(data, sizeof data, "%s/ovw_inputs/data.h5", mt_test_storage());
+    snprintf(ck, sizeof ck, "%s/ovw_inputs/checkpoint_000003", mt_test_storage());
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_test_rank() == 0)
+        copy_file(mt_test_path("small.h5"), data);
+    MPI_Barrier(MPI_COMM_WORLD);
+    cfg.run.overwrite = true;
+    mt_test_dataset d = {"d", data, "/g"};
+    char err[1024] = "";
+    MT_ASSERT_INT_EQ(mt_test_fit_datasets(cfg, counted, &a, &d, 1, err, sizeof err), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(err, "dataset d's file");
+    MT_ASSERT_STR_CONTAINS(err, "would clear");
+    cfg.run.resume_from_checkpoint = ck;
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, counted, &a, NULL), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "run.resume_from_checkpoint");
+    struct stat st;
+    CU_ASSERT(stat(data, &st) == 0 && stat(ck, &st) == 0); /* nothing deleted */
+    CU_ASSERT(stat(mt_test_run_file("ovw_inputs", "run.json"), &st) == 0);
+}
+
 static const mt_test tests[] = {
     {"huge_batch_sizes", test_huge_batch_sizes},
     {"plan_memory_is_bounded", test_plan_memory_is_bounded},
@@ -672,6 +700,7 @@ static const mt_test tests[] = {
     {"run_json_outside_names", test_run_json_outside_names},
     {"resume_from_deep_checkpoint", test_resume_from_deep_checkpoint},
     {"checkpoints_where_they_belong", test_checkpoints_where_they_belong},
+    {"overwrite_keeps_inputs", test_overwrite_keeps_inputs},
     {"bad_env_on_one_rank", test_bad_env_on_one_rank},
     {"misuse_after_and_inside_fit", test_misuse_after_and_inside_fit},
     {NULL, NULL},
