@@ -279,6 +279,29 @@ static int run_suites(mt_context *ctx, void *arg)
     return rc;
 }
 
+/* Rank 0: whether --json FILE would go into a run directory (its folder holds run.json or
+ * run.lock): said on stderr; the file is never written there, a run's result.json least. */
+static bool json_in_a_run(const char *file)
+{
+    char dir[4096], probe[4200];
+    snprintf(dir, sizeof dir, "%s", file);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    for (int i = 0; i < 2; i++) {
+        snprintf(probe, sizeof probe, "%s/%s", dir, i ? "run.lock" : "run.json");
+        if (access(probe, F_OK) == 0) {
+            fprintf(stderr, "mpitrain-bench: --json %s: %s is a run directory (it holds %s): "
+                            "the benchmark never writes over a run's files; give a file "
+                            "elsewhere\n", file, dir, i ? "run.lock" : "run.json");
+            return true;
+        }
+    }
+    return false;
+}
+
 static int select_suites(plan *p, const char *list)
 {
     char *copy = strdup(list), *save = NULL;
@@ -367,7 +390,9 @@ int main(int argc, char **argv)
     if (!rc)
         rc = check_sizes(&b, p.selected, rank);
     b.json_path = json;
-    if (!rc && json && rank == 0 && !(b.json = fopen(json, "w"))) {
+    if (!rc && json && rank == 0 && json_in_a_run(json))
+        rc = MT_EINVAL; /* said: never written over a run's files */
+    else if (!rc && json && rank == 0 && !(b.json = fopen(json, "w"))) {
         fprintf(stderr, "mpitrain-bench: cannot write %s: %s\n", json, strerror(errno));
         rc = MT_EIO;
     }

@@ -6,7 +6,7 @@
 #    suite measures in that mode (3, and 1G with --quick, refused listing the sizes
 #    there are; --sizes with neither the allreduce nor the checkpoint suite refused);
 #  - a JSON file that cannot be written (/dev/full) is a non-zero exit naming it, at 1 and
-#    2 ranks, with the figures still printed;
+#    2 ranks, with the figures still printed; one in a run directory is refused, unwritten;
 #  - (root) a full folder: the checkpoint suite's commit and raw write, and the shard
 #    suite's dataset file, fail with a non-zero exit naming the file, and no "budget:"
 #    verdict and no JSON figure of that suite is printed.
@@ -51,6 +51,15 @@ for np in 1 2; do
         ok "$np rank(s): --json /dev/full: exit 1 naming the file (the figures still printed)"
     else bad "$np rank(s): --json /dev/full (exit $rc)"; fi
 done
+
+# --json into a run directory: refused, the run's file untouched
+mkdir -p "$store/arun" && echo '{"status": "finished"}' >"$store/arun/run.json" && echo row >"$store/arun/result.json"
+"$run" 1 "$bench" --quick --suite allreduce --sizes 4 --json "$store/arun/result.json" >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--json $store/arun/result.json: $store/arun is a run directory" "$err" \
+    && [ "$(cat "$store/arun/result.json")" = row ]; then
+    ok "--json into a run directory: refused naming it, the run's file untouched"
+else bad "--json into a run directory (exit $rc)"; fi
 
 # a full folder: no figure, no verdict, a non-zero exit
 if [ "$(id -u)" -ne 0 ]; then echo "skipped: mounting a tmpfs needs root"; finish; fi

@@ -95,7 +95,8 @@ if [ $rc1 -eq 1 ] && [ $rc2 -eq 0 ] && [ "$(ls "$d" | wc -l)" -eq 4 ] \
 else bad "trace of a resumed run (exits $rc1, $rc2): $(ls "$d" | tr '\n' ' ')"; fi
 
 # hostile numbers (ts and dur at INT64_MAX, a negative ts, self_us past dur, a real ts) and
-# names (rank_007.json, a rank past any job's, an earlier attempt's rank_1.1.json): checked
+# names (rank_007.json, a rank past any job's, an earlier attempt's rank_1.1.json, a FIFO, a
+# link): checked
 # arithmetic (a sanitizer build reports no undefined behaviour: ok fails on it), the
 # damaged spans counted and named with the file as found, the good ones summed
 h="$store/runs/hostile/trace"
@@ -109,12 +110,16 @@ ev() { printf '{"ph":"X","cat":"%s","name":"s","tid":1,"ts":%s,"dur":%s%s}' "$@"
 { printf '{"traceEvents":['; ev compute 0 $big ""; printf ,; ev compute $big 0 ""; printf ']}\n'; } >"$h/rank_1.json"
 cp "$h/rank_1.json" "$h/rank_99999999999.json"
 cp "$h/rank_1.json" "$h/rank_1.1.json"
-"$b/tools/mpitrain-show" "$store/runs/hostile" --timeline >"$out" 2>"$err"
+mkfifo "$h/rank_2.json" # never opened: a read would block
+ln -s "$h/rank_1.json" "$h/rank_3.json"
+timeout 60 "$b/tools/mpitrain-show" "$store/runs/hostile" --timeline >"$out" 2>"$err"
 rc=$?
 if [ $rc -eq 1 ] && grep -q "^rank 7 (?): 0.000 s on the training thread, 1 report" "$out" \
     && grep -q "^rank 1 (?): 9223372036854.775 s" "$out" \
     && grep -q "hostile/trace/rank_007.json: 4 damaged spans left out (the first is event 1" "$err" \
     && grep -q "hostile/trace/rank_99999999999.json: not a rank's trace file" "$err" \
+    && grep -q "hostile/trace/rank_2.json: not a regular file" "$err" \
+    && grep -q "hostile/trace/rank_3.json: a symbolic link, not followed" "$err" \
     && ! grep -q "rank_1.1.json\|rank_7.json" "$err"; then
     ok "mpitrain-show --timeline on hostile numbers and names: checked arithmetic, damaged spans and files named as found"
 else bad "mpitrain-show --timeline on hostile trace numbers (exit $rc)"; fi

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* the summary's rows, in this order; anything else is "other" */
 static const char *const cats[] = {"compute", "data", "collective", "agree", "fusion",
@@ -95,6 +96,14 @@ static json_int_t train_tid(json_t *events)
 
 static int summarise(const char *path, long rank, FILE *out)
 {
+    struct stat st; /* a FIFO would block the read, a link leads out of the run */
+    int serr = lstat(path, &st) != 0 ? errno : 0;
+    if (serr || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "mpitrain-show: %s: %s: passed over\n", path,
+                serr ? strerror(serr) : S_ISLNK(st.st_mode) ? "a symbolic link, not followed"
+                                  : "not a regular file (a FIFO, a device or a folder)");
+        return 1;
+    }
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     json_t *events = json_object_get(root, "traceEvents");
