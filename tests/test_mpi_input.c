@@ -310,6 +310,20 @@ static void test_run_json_outside_names(void)
         if (mt_test_rank() == 0)
             CU_ASSERT(access(keep, R_OK) == 0);
     }
+    /* a run_id that is not the 32 hex digits a run is given: corrupt, named */
+    if (mt_test_rank() == 0) {
+        FILE *f = fopen(file, "w");
+        fprintf(f, "{\"run_id\": \"../victim\", \"status\": \"running\", \"attempts\": 1, "
+                   "\"failures\": 0, \"next_checkpoint_index\": 0, \"training_iteration\": 0, "
+                   "\"time_total_s\": 1.0, \"checkpoints\": []}");
+        fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    char err[1024];
+    MT_ASSERT_INT_EQ(mt_test_fit_datasets(mt_test_config("hostile"), report_once, NULL, NULL, 0,
+                                          err, sizeof err), MT_EFORMAT);
+    MT_ASSERT_STR_CONTAINS(err, "hostile/run.json: corrupt run state: run_id \"../victim\" is "
+                                "not 32 hex digits");
 }
 
 
