@@ -70,34 +70,50 @@ crun() {
 }
 now() { date +%s.%N; }
 since() { awk "BEGIN { printf \"%.1f\", $(now) - $1 }"; }
-# cluster_train NAME TRAINER-ARGS...: the example trainer (Fashion-MNIST at $data, 5 epochs
-# of 120 steps, a checkpoint each, all kept: the job must still be training when a test
-# acts on it after its second checkpoint; at 30 steps an epoch, once averaging across
-# nodes stopped spinning in MPI_Wait, it finished before a node's processes were killed) as run NAME under mpitrain-run on 2 nodes x 2
-# ranks, the hosts asked from the cluster before each attempt, in the background ($sup);
-# returns once its second checkpoint is there: $d the run, $latest its newest checkpoint,
-# $t0 the time
+# cluster_train NAME TRAINER-ARGS...: the example trainer (Fashion-MNIST at $data, 4 epochs
+# of 30 steps, a checkpoint each, all kept) as run NAME under mpitrain-run on 2 nodes x 2
+# ranks, the hosts asked from the cluster before each attempt, in the background ($sup).
+# The job waits for the test, not the test for the job: rank 0 pauses inside the commit of
+# checkpoint 2 (runtime/checkpoint_commit.c's test hook, handed to the ranks on the nodes
+# with mpirun -x), with checkpoints 0 and 1 committed, until cluster_resume creates $go;
+# an attempt that reaches the pause after that goes straight on. Returns once rank 0 has
+# paused (or the job has ended): $d the run, $latest its newest checkpoint, $t0 the time
 cluster_train() {
     name=$1; shift
     d="$store/runs/$name"
+    go="$store/go.$name"
+    rm -f "$go"
     "$cl" -n "$cname" hostfile 2 2 >/dev/null
-    timeout -k 10 $climit "$cl" -n "$cname" run "$b/tools/mpitrain-run" --max-failures 2 \
-        --host-discovery "$cl -n $cname hosts" -- mpirun "$b/tools/trainer" --data "$data" \
-        --storage-path "$store/runs" --steps-per-epoch 120 --epochs 5 --checkpoint-frequency 1 \
+    MT_TEST_COMMIT_PAUSE=$climit MT_TEST_COMMIT_PAUSE_AT=2 MT_TEST_COMMIT_RESUME_FILE="$go" \
+        timeout -k 10 $climit "$cl" -n "$cname" run "$b/tools/mpitrain-run" --max-failures 2 \
+        --host-discovery "$cl -n $cname hosts" -- mpirun -x MT_TEST_COMMIT_PAUSE \
+        -x MT_TEST_COMMIT_PAUSE_AT -x MT_TEST_COMMIT_RESUME_FILE "$b/tools/trainer" --data "$data" \
+        --storage-path "$store/runs" --steps-per-epoch 30 --epochs 4 --checkpoint-frequency 1 \
         --num-to-keep 0 --name "$name" "$@" >"$out" 2>"$err" &
     sup=$!
-    for _ in $(seq 1 1200); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.05; done
+    while kill -0 $sup 2>/dev/null && ! grep -q "test hook: pid [0-9]* pausing" "$err"; do
+        sleep 0.05
+    done
     latest=$(cd "$d" && ls -d checkpoint_0* 2>/dev/null | tail -n 1)
     t0=$(now)
 }
+# cluster_resume: rank 0's pause ends (and no later attempt pauses)
+cluster_resume() {
+    : >"$go"
+}
 # cluster_watch: while $sup runs, the seconds from $t0 until mpitrain-run reran the first
-# attempt ($detect) and until the first report at world size 2 ($resume); with a LIMIT,
-# a first attempt still running LIMIT s after $t0 is a hang: the job and the cluster's
-# processes are ended
+# attempt ($detect, and then cluster_resume, for the attempts to come) and until the first
+# report at world size 2 ($resume); $kept the checkpoints there when the first attempt had
+# ended; with a LIMIT, a first attempt still running LIMIT s after $t0 is a hang: the job and
+# the cluster's processes are ended
 cluster_watch() {
-    detect=""; resume=""
+    detect=""; resume=""; kept=""
     while kill -0 $sup 2>/dev/null; do
-        [ -z "$detect" ] && grep -q "attempt 1 .*rerunning" "$err" && detect=$(since "$t0")
+        if [ -z "$detect" ] && grep -q "attempt 1 .*rerunning" "$err"; then
+            detect=$(since "$t0")
+            kept=$(cd "$d" && ls -d checkpoint_0* 2>/dev/null | tr '\n' ' ')
+            cluster_resume
+        fi
         [ -z "$resume" ] && grep -q "world_size\":2" "$d/result.json" 2>/dev/null && resume=$(since "$t0")
         if [ -n "${1:-}" ] && [ -z "$detect" ] && [ "$(since "$t0" | cut -d. -f1)" -ge "$1" ]; then
             kill $sup 2>/dev/null
@@ -113,9 +129,8 @@ cluster_watch() {
 column() {
     grep -o "\"$1\": *[0-9][0-9]*" "$2" 2>/dev/null | sed 's/.*: *//' | tr '\n' ' '
 }
-# four_then_two SIZES: SIZES (column world_size) is one or more reports at world size 4
-# and then one or more at 2: how many came before the node went depends on when the job
-# reached the checkpoint the test waited for and how loaded the machine is, not on mpitrain
-four_then_two() {
-    echo "$1" | grep -Eq '^(4 )+(2 )+$'
+# sizes_upto N TOTAL: the world sizes of TOTAL reports when the first N ran at 4 ranks and
+# the rest at 2 ("4 4 2 2 ")
+sizes_upto() {
+    seq 1 "$2" | awk -v n="$1" '{ printf "%d ", $1 <= n ? 4 : 2 }'
 }

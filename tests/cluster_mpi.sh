@@ -114,8 +114,8 @@ if [ $rc -eq 0 ] && [ -n "$grew" ] && [ "$grew" -le $((8 + slack)) ]; then
 else bad "checkpoint gather from 2 nodes (exit $rc, grew '${grew:-?}' MiB)"; fi
 
 if [ -z "${MT_SANITIZED:-}" ]; then
-    fmnist_h5 all
-    common="--data $data --storage-path $store/runs --steps-per-epoch 40 --epochs 2"
+    fmnist_h5
+    common="--data $data --storage-path $store/runs --steps-per-epoch 30 --epochs 2"
     crun 2 2 -- "$b/tools/trainer" $common --name nodes-2x2 >"$out" 2>"$err"
     rc1=$?
     "${top_srcdir:-.}/tests/mpirun.sh" 4 "$b/tools/trainer" $common --name one-node-4 >>"$out" 2>>"$err"

@@ -22,7 +22,7 @@ tmp=$store
 state=/run/mpitrain-cluster/$cname
 slurm_down() {
     "$cl" -n "$cname" run scontrol shutdown >/dev/null 2>&1
-    sleep 1
+    pids_gone "$tmp"/slurm*.pid
     cluster_down # the slurmd processes with their nodes; slurmctld and munged by MT_CLUSTER_RUN
 }
 trap slurm_down EXIT
@@ -83,14 +83,22 @@ if [ $rc -eq 0 ] && grep -q "^rank 0/4: local 0/2 node 0 .* host ${cname}1 " "$o
     ok "sbatch -N 2 --ntasks-per-node=2, srun --mpi=pmix: 4 ranks, node ranks 0 and 1 on ${cname}1 and ${cname}2"
 else bad "sbatch -N 2 with mpitrain-info (exit $rc, job '$jid')"; fi
 
-# train, be preempted (SIGUSR1), requeue, resume, complete
-fmnist_h5 all # the whole set: the job is still training when it is preempted
-jid=$(MT_TRAINER="$b/tools/trainer" "$cl" -n "$cname" run sbatch --parsable -N 2 --ntasks-per-node=2 \
-    --output="$tmp/job-requeue.out" "$src/scripts/slurm/train.sbatch" --data "$data" \
-    --storage-path "$tmp/runs" --steps-per-epoch 10 --epochs 30 2>"$err")
+# train, be preempted (SIGUSR1), requeue, resume, complete. The job waits for the test:
+# rank 0 pauses inside the commit of checkpoint 1 until the batch script has passed the
+# signal on to srun, so the job stops with epochs to spare, whatever the machine's load
+fmnist_h5
+epochs=8
+go="$tmp/go"
+jout="$tmp/job-requeue.out"
+jid=$(MT_TEST_COMMIT_PAUSE=$limit MT_TEST_COMMIT_PAUSE_AT=1 MT_TEST_COMMIT_RESUME_FILE="$go" \
+    MT_TRAINER="$b/tools/trainer" "$cl" -n "$cname" run sbatch --parsable -N 2 --ntasks-per-node=2 \
+    --output="$jout" "$src/scripts/slurm/train.sbatch" --data "$data" \
+    --storage-path "$tmp/runs" --steps-per-epoch 10 --epochs $epochs 2>"$err")
 d="$tmp/runs/mpitrain-$jid"
-for _ in $(seq 1 900); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.1; done
+slurm_log "$jid" "$jout" "test hook: pid [0-9]* pausing" sl
 sl scancel --signal=USR1 --batch "$jid"
+slurm_log "$jid" "$jout" "SIGUSR1: asking the job to checkpoint and stop" sl
+: >"$go"
 state_=""; ended=0; pending=0
 for _ in $(seq 1 $((limit * 5))); do
     state_=$(sl scontrol show job "$jid" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
@@ -104,12 +112,13 @@ for _ in $(seq 1 $((limit * 5))); do
 done
 cp "$tmp/job-requeue.out" "$out" 2>/dev/null
 its=$(column training_iteration "$d/result.json")
-want=$(seq 1 30 | tr '\n' ' ')
+want=$(seq 1 $epochs | tr '\n' ' ')
 attempts=$(sed -n 's/.*"attempts": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
+stopped=$(sed -n 's/.*resumed from .* (epoch \([0-9]*\) done).*/\1/p' "$out" | head -n 1)
 if [ "$state_" = COMPLETED ] && grep -q "requeueing" "$out" && [ "$its" = "$want" ] \
     && [ "${attempts:-0}" -ge 2 ] && grep -q '"status": "finished"' "$d/run.json" \
     && ! grep -q '"world_size": *[^4{]' "$d/result.json"; then
-    ok "job $jid on 2 nodes: SIGUSR1, checkpoint, requeue, resume (attempts $attempts), 30 iterations once each at 4 ranks"
+    ok "job $jid on 2 nodes: SIGUSR1, checkpoint, requeue, resume after iteration ${stopped:-?} (attempts $attempts), $epochs iterations once each at 4 ranks"
 else bad "requeue across nodes (state '$state_', attempts '$attempts', iterations '$its')"; tail -n 20 "$tmp"/slurmctld.log; fi
 
 finish

@@ -2,10 +2,11 @@
 # Fault injection end to end, at 2 and 4 ranks, with the example trainer:
 #  - a rank fails in epoch k: the retry resumes and the final metrics equal an
 #    uninterrupted run with the same seed;
-#  - SIGKILL of one rank under mpitrain-run: the job reruns, resumes and completes, and no
-#    committed checkpoint is lost;
+#  - SIGKILL of a rank (rank 0, paused inside a checkpoint commit) under mpitrain-run: the
+#    job reruns, resumes from the checkpoint before and completes, no committed checkpoint
+#    lost, none half-written left;
 #  - SIGTERM mid-run: a checkpoint, the preempted status (75), and a rerun resumes and
-#    completes two more epochs;
+#    completes two more epochs; SIGUSR1 to mpirun itself (no supervisor) likewise;
 #  - max_failures exhausted: the error in error.txt and a non-zero exit.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -30,24 +31,30 @@ for np in $nps; do
         ok "$np ranks: rank 1 fails in epoch 2, the retry resumes and ends with the same metrics"
     else bad "$np ranks: retry after a failure (exit $rc)"; echo "  clean: $a"; echo "  retry: $r"; fi
 
-    # SIGKILL one rank once the first checkpoint exists (three epochs before the end)
+    # SIGKILL of rank 0 while it is paused inside the commit of checkpoint 1 (the job waits
+    # for the test there, three epochs before the end); the rerun does not pause
     name=kill-$np
-    timeout -k 5 $limit "$b/tools/mpitrain-run" --max-failures 2 -- mpirun --oversubscribe -np "$np" \
+    go="$store/go.$name"
+    MT_TEST_COMMIT_PAUSE=$limit MT_TEST_COMMIT_PAUSE_AT=1 MT_TEST_COMMIT_RESUME_FILE="$go" \
+        timeout -k 5 $limit "$b/tools/mpitrain-run" --max-failures 2 -- mpirun --oversubscribe \
+        -np "$np" -x MT_TEST_COMMIT_PAUSE -x MT_TEST_COMMIT_PAUSE_AT -x MT_TEST_COMMIT_RESUME_FILE \
         "$b/tools/trainer" $common --name $name >"$out" 2>"$err" &
     sup=$!
-    for _ in $(seq 1 600); do
-        [ -d "$store/runs/$name/checkpoint_000000" ] && break
-        sleep 0.05
+    victim=""
+    while kill -0 $sup 2>/dev/null && [ -z "$victim" ]; do
+        victim=$(sed -n 's/.*test hook: pid \([0-9]*\) pausing.*/\1/p' "$err" | head -n 1)
+        [ -z "$victim" ] && sleep 0.05
     done
-    victim=$(pgrep -f "trainer $common --name $name" | tail -n 1)
     [ -n "$victim" ] && kill -9 "$victim"
+    : >"$go"
     wait $sup
     rc=$?
     status=$(sed -n 's/.*"status": *"\([a-z]*\)".*/\1/p' "$store/runs/$name/run.json")
     its=$(sed -n 's/.*"training_iteration": *\([0-9]*\).*/\1/p' "$store/runs/$name/result.json" | tr '\n' ' ')
     if [ $rc -eq 0 ] && [ -n "$victim" ] && grep -q "rerunning" "$err" && [ "$status" = finished ] \
-        && [ "$its" = "1 2 3 4 " ] && [ -d "$store/runs/$name/checkpoint_000003" ]; then
-        ok "$np ranks: SIGKILL of a rank under mpitrain-run: rerun, resumed, finished (iterations $its)"
+        && [ "$its" = "1 2 3 4 " ] && [ "$(grep -c "resumed from .*/checkpoint_000000 " "$out")" -eq 1 ] \
+        && [ -d "$store/runs/$name/checkpoint_000003" ] && ! ls -d "$store/runs/$name"/.checkpoint_* >/dev/null 2>&1; then
+        ok "$np ranks: SIGKILL of rank 0 inside a commit under mpitrain-run: rerun, resumed from checkpoint 0, finished (iterations $its)"
     else bad "$np ranks: SIGKILL under mpitrain-run (exit $rc, victim '$victim', status '$status', iterations '$its')"; fi
 
     # SIGTERM (2 ranks) or SIGUSR1 (4 ranks) to the supervisor mid-run: the job is asked to
@@ -77,6 +84,24 @@ for np in $nps; do
         ok "$np ranks: SIG$sig to mpitrain-run mid-run: checkpoint, exit 75 (preempted), the rerun resumes and completes"
     else bad "$np ranks: preemption (exit $rc, status '$status', rerun $rc2)"; fi
 done
+
+# what docs/guide.md says to send without a supervisor: SIGUSR1 to mpirun itself (what
+# `timeout --preserve-status -s USR1` sends); mpirun forwards it to the ranks and exits with
+# their status, 75, and with -q Open MPI prints no notice for that expected exit
+name=usr1-mpirun
+mpirun -q --oversubscribe -np 2 "$b/tools/trainer" $common --epochs 60 --name $name >"$out" 2>"$err" &
+mpi=$!
+for _ in $(seq 1 600); do
+    [ -d "$store/runs/$name/checkpoint_000000" ] && break
+    sleep 0.05
+done
+kill -USR1 $mpi
+wait $mpi
+rc=$?
+status=$(sed -n 's/.*"status": *"\([a-z]*\)".*/\1/p' "$store/runs/$name/run.json")
+if [ $rc -eq 75 ] && [ "$status" = preempted ] && ! grep -q "non-zero" "$out" "$err"; then
+    ok "SIGUSR1 to mpirun (-q): checkpoint, exit 75, run.json preempted, no Open MPI notice"
+else bad "SIGUSR1 to mpirun (exit $rc, status '$status')"; cat "$err"; fi
 
 # retries exhausted: the error, error.txt, a non-zero exit
 if exits 1 "$run" 2 "$b/tools/trainer" $common --name exhausted --max-failures 0 --fail-rank 1 \

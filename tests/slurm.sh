@@ -6,6 +6,7 @@
 #  - without MT_TRAINER the script finds build-plain/tools/trainer under the submit folder,
 #    and says so when there is no trainer anywhere; a request no node can satisfy is
 #    refused by sbatch --test-only (too many tasks) or sbatch (too much memory);
+#  - scripts/slurm/local.sh brings up a one-node Slurm a job runs on, and stops it;
 #  - a running job sent SIGUSR1 (what --signal=B:USR1@N delivers) checkpoints, requeues
 #    itself, resumes and completes, with every iteration once in result.json.
 set -u
@@ -22,23 +23,31 @@ host=$(hostname)
 started_munge=0
 cleanup() {
     scontrol shutdown >/dev/null 2>&1
-    sleep 1
+    pids_gone "$tmp"/slurm*.pid
     for f in "$tmp"/slurm*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
     [ $started_munge -eq 1 ] && [ -f /run/munge/munged.pid ] && kill "$(cat /run/munge/munged.pid)" 2>/dev/null
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 
-# munge: its own user must own its folders; as root it refuses to start
-if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
-    mkdir -p /run/munge /etc/munge /var/lib/munge /var/log/munge
-    [ -s /etc/munge/munge.key ] || { dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null; chmod 400 /etc/munge/munge.key; }
-    chown -R munge:munge /run/munge /etc/munge /var/lib/munge /var/log/munge
-    runuser -u munge -- munged --force && started_munge=1
-    sleep 1
-fi
+# scripts/slurm/local.sh, what setup.sh --slurm offers users: up, a batch job runs on it
+# (sbatch --wait), down; then this test's own Slurm, on its own port
+slurm_munge_start || { bad "munged did not start"; finish; }
+started_munge=$slurm_started_munge
+if MT_SLURM_PORT=6937 sh "$src/scripts/slurm/local.sh" up "$tmp/local" >"$out" 2>"$err" \
+    && grep -q "^export SLURM_CONF=$tmp/local/slurm.conf" "$out" \
+    && SLURM_CONF="$tmp/local/slurm.conf" timeout 120 sbatch --wait --output="$tmp/local/job.out" \
+        --wrap 'echo ran on $(hostname)' >>"$out" 2>>"$err" \
+    && grep -q "^ran on $host" "$tmp/local/job.out" \
+    && sh "$src/scripts/slurm/local.sh" down "$tmp/local" >>"$out" 2>>"$err"; then
+    ok "scripts/slurm/local.sh up: a one-node Slurm where sbatch --wait runs a job; down stops it"
+else bad "scripts/slurm/local.sh up, sbatch, down"; cat "$tmp"/local/slurm*.log 2>/dev/null | tail -n 10
+    SLURM_CONF="$tmp/local/slurm.conf" scontrol shutdown >/dev/null 2>&1; fi
 mem=$(awk '/MemTotal/ { printf "%d", $2 / 1024 * 0.8 }' /proc/meminfo)
-slurm_conf "$tmp" mpitrain-test "$host" 6917
+# ports of this test's own (slurmctld, slurmd): with a fixed one, a second checkout's run
+# of this test at the same time would talk to the first one's slurmctld
+port=$(free_ports 2) || { bad "no two free TCP ports for slurmctld and slurmd"; finish; }
+slurm_conf "$tmp" mpitrain-test "$host" "$port"
 cat >>"$tmp/slurm.conf" <<CONF
 NodeName=$host CPUs=$(nproc) RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
@@ -107,12 +116,20 @@ if [ $rc1 -ne 0 ] && [ $rc1 -ne 124 ] && [ $rc2 -ne 0 ] && [ $rc2 -ne 124 ] \
     ok "a request no node can satisfy: sbatch --test-only and a too-large --mem are refused with Slurm's reason"
 else bad "an unsatisfiable request (exits $rc1, $rc2)"; scancel "$(cat "$out")" 2>/dev/null; fi
 
-# preemption: SIGUSR1 to the batch script, a checkpoint, a requeue, a resume
-jid=$(MT_TRAINER="$b/tools/trainer" sbatch --parsable --ntasks=2 --output="$tmp/job-requeue.out" \
-    "$src/scripts/slurm/train.sbatch" $opts --epochs 40 2>"$err")
+# preemption: SIGUSR1 to the batch script, a checkpoint, a requeue, a resume. The job waits
+# for the test: rank 0 pauses inside the commit of checkpoint 1 until the batch script has
+# passed the signal on to srun, so the job stops with epochs to spare
+epochs=8
+go="$tmp/go"
+jout="$tmp/job-requeue.out"
+jid=$(MT_TEST_COMMIT_PAUSE=$limit MT_TEST_COMMIT_PAUSE_AT=1 MT_TEST_COMMIT_RESUME_FILE="$go" \
+    MT_TRAINER="$b/tools/trainer" sbatch --parsable --ntasks=2 --output="$jout" \
+    "$src/scripts/slurm/train.sbatch" $opts --epochs $epochs 2>"$err")
 d="$tmp/runs/mpitrain-$jid"
-for _ in $(seq 1 600); do [ -d "$d/checkpoint_000001" ] && break; sleep 0.1; done
+slurm_log "$jid" "$jout" "test hook: pid [0-9]* pausing"
 scancel --signal=USR1 --batch "$jid"
+slurm_log "$jid" "$jout" "SIGUSR1: asking the job to checkpoint and stop"
+: >"$go"
 state=""; ended=0; pending=0
 for _ in $(seq 1 $((limit * 5))); do
     state=$(scontrol show job "$jid" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
@@ -129,11 +146,12 @@ for _ in $(seq 1 $((limit * 5))); do
 done
 cp "$tmp/job-requeue.out" "$out" 2>/dev/null
 its=$(sed -n 's/.*"training_iteration": *\([0-9]*\).*/\1/p' "$d/result.json" 2>/dev/null | tr '\n' ' ')
-want=$(seq 1 40 | tr '\n' ' ')
+want=$(seq 1 $epochs | tr '\n' ' ')
 attempts=$(sed -n 's/.*"attempts": *\([0-9]*\).*/\1/p' "$d/run.json" 2>/dev/null)
+stopped=$(sed -n 's/.*resumed from .* (epoch \([0-9]*\) done).*/\1/p' "$out" | head -n 1)
 if [ "$state" = COMPLETED ] && grep -q "requeueing" "$out" && [ "$its" = "$want" ] \
     && [ "${attempts:-0}" -ge 2 ] && grep -q '"status": "finished"' "$d/run.json"; then
-    ok "SIGUSR1 to job $jid: checkpointed, requeued, resumed (attempts $attempts), 40 iterations once each"
+    ok "SIGUSR1 to job $jid: checkpointed, requeued, resumed after iteration ${stopped:-?} (attempts $attempts), $epochs iterations once each"
 else bad "requeue on SIGUSR1 (state '$state', attempts '$attempts', iterations '$its')"; fi
 
 finish
