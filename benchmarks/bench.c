@@ -216,15 +216,18 @@ const char *bench_verdict(const bench *b, bool met)
     return b->quick ? "over it in this quick run (no verdict: run without --quick)" : "NOT met";
 }
 
+static int stdout_errno; /* rank 0: the first failed write of the table (0: none) */
+
 void bench_say(const bench *b, const char *fmt, ...)
 {
     if (b->rank != 0)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    int bad = vprintf(fmt, ap) < 0;
     va_end(ap);
-    fflush(stdout);
+    if ((fflush(stdout) != 0 || bad) && !stdout_errno) /* said at exit, which then fails */
+        stdout_errno = errno ? errno : EIO;
 }
 
 /* The library's options this program takes: where to keep its run, and tracing. */
@@ -455,8 +458,15 @@ int main(int argc, char **argv)
     if (b.json_errno) /* the figures asked for are not in the file: a failure */
         fprintf(stderr, "mpitrain-bench: cannot write %s: %s (its JSON lines are incomplete)\n",
                 b.json_path, strerror(b.json_errno));
+    /* the table on standard output is the figures too (a full disk, a closed pipe) */
+    if (rank == 0 && !stdout_errno && (fflush(stdout) != 0 || ferror(stdout)))
+        stdout_errno = errno ? errno : EIO;
+    bool table_lost = stdout_errno != 0;
+    if (table_lost)
+        fprintf(stderr, "mpitrain-bench: cannot write the figures to standard output: %s\n",
+                strerror(stdout_errno));
     /* rank 0's count and output decide, so every rank exits the same way */
-    int missed = b.budgets_missed, lost = b.json_errno != 0;
+    int missed = b.budgets_missed, lost = b.json_errno != 0 || table_lost;
     MPI_Bcast(&missed, 1, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(&lost, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (lost && !rc)

@@ -7,6 +7,7 @@
 #    there are; --sizes with neither the allreduce nor the checkpoint suite refused);
 #  - a JSON file that cannot be written (/dev/full) is a non-zero exit naming it, at 1 and
 #    2 ranks, with the figures still printed; one in a run directory is refused, unwritten;
+#    standard output that cannot be written is exit 1 too;
 #  - (root) a full folder: the checkpoint suite's commit and raw write, and the shard
 #    suite's dataset file, fail with a non-zero exit naming the file, and no "budget:"
 #    verdict and no JSON figure of that suite is printed.
@@ -51,6 +52,13 @@ for np in 1 2; do
         ok "$np rank(s): --json /dev/full: exit 1 naming the file (the figures still printed)"
     else bad "$np rank(s): --json /dev/full (exit $rc)"; fi
 done
+
+# standard output that cannot be written: the table is lost, a failure
+"$bench" --quick --suite allreduce --sizes 4 >/dev/full 2>"$err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "cannot write the figures to standard output: No space left on device" "$err"; then
+    ok "standard output /dev/full: exit 1 naming it"
+else bad "standard output /dev/full (exit $rc)"; cat "$err"; fi
 
 # --json into a run directory: refused, the run's file untouched
 mkdir -p "$store/arun" && echo '{"status": "finished"}' >"$store/arun/run.json" && echo row >"$store/arun/result.json"
