@@ -10,6 +10,7 @@
 #include "bench.h"
 #include "../tools/scratch.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,25 +21,26 @@ typedef struct {
     const char *name;
     int (*run)(bench *b);
     const char *what, *quick; /* the title in full mode, and with --quick */
+    int (*sizes)(const bench *b, size_t *out, int max); /* what --sizes may pick, or NULL */
 } suite;
 
 static const suite suites[] = {
     {"allreduce", bench_allreduce, "mt_allreduce vs MPI_Allreduce, 4 B to 64 MiB (x2 steps, OSU-style)",
-     "mt_allreduce vs MPI_Allreduce, 4 B to 4 MiB (x4 steps, OSU-style)"},
+     "mt_allreduce vs MPI_Allreduce, 4 B to 4 MiB (x4 steps, OSU-style)", bench_allreduce_sizes},
     {"fusion", bench_fusion, "256 tensors of 1, 4, 16 and 64 KiB averaged with mt_fusion vs one MPI_Allreduce each",
-     "256 tensors of 1 and 16 KiB averaged with mt_fusion vs one MPI_Allreduce each"},
+     "256 tensors of 1 and 16 KiB averaged with mt_fusion vs one MPI_Allreduce each", NULL},
     {"overlap", bench_overlap, "backward compute (8 layers x 8 MiB) with mt_fusion_ready vs compute then reduce",
-     "backward compute (8 layers x 2 MiB) with mt_fusion_ready vs compute then reduce"},
+     "backward compute (8 layers x 2 MiB) with mt_fusion_ready vs compute then reduce", NULL},
     {"shard", bench_shard, "a 1 GiB dataset's shards read through parallel HDF5 vs raw pread, warm cache",
-     "a 256 MiB dataset's shards read through parallel HDF5 vs raw pread, warm cache"},
+     "a 256 MiB dataset's shards read through parallel HDF5 vs raw pread, warm cache", NULL},
     {"report", bench_report, "2000 mt_report calls with 8 numeric metrics vs raw MPI_Gather of the same bytes",
-     "300 mt_report calls with 8 numeric metrics vs raw MPI_Gather of the same bytes"},
+     "300 mt_report calls with 8 numeric metrics vs raw MPI_Gather of the same bytes", NULL},
     {"checkpoint", bench_checkpoint, "sharded checkpoint commit of 16 MiB to 1 GiB vs one process write+fsync",
-     "sharded checkpoint commit of 16 to 256 MiB vs one process write+fsync"},
+     "sharded checkpoint commit of 16 to 256 MiB vs one process write+fsync", bench_checkpoint_sizes},
     {"train", bench_train, "MLP training steps (global batch 128), averaged serially, per layer and in row "
      "blocks, 8 rounds of 50: per-rank samples/s vs one rank and the ideal bound",
      "MLP training steps (global batch 128), averaged serially, per layer and in row blocks, "
-     "3 rounds of 10: per-rank samples/s vs one rank and the ideal bound"},
+     "3 rounds of 10: per-rank samples/s vs one rank and the ideal bound", NULL},
 };
 #define NSUITES (int)(sizeof suites / sizeof *suites)
 
@@ -80,7 +82,10 @@ bool bench_size_wanted(const bench *b, size_t bytes)
     return b->nsizes == 0;
 }
 
-/* --sizes LIST: byte counts, each a whole number with an optional K, M or G (binary). */
+#define BENCH_MAX_SIZE ((uint64_t)1 << 30)
+
+/* --sizes LIST: byte counts, each a whole number with an optional K, M or G (binary), at
+ * most 1 GiB once the unit is applied. */
 static int parse_sizes(bench *b, const char *list, int rank)
 {
     char copy[512], *save = NULL;
@@ -88,7 +93,8 @@ static int parse_sizes(bench *b, const char *list, int rank)
     b->nsizes = 0;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         size_t len = strlen(tok), shift = 0;
-        char last = len ? tok[len - 1] : '\0';
+        char last = len ? tok[len - 1] : '\0', as_given[64];
+        snprintf(as_given, sizeof as_given, "%s", tok);
         if (last == 'K' || last == 'M' || last == 'G') {
             shift = last == 'K' ? 10 : last == 'M' ? 20 : 30;
             tok[len - 1] = '\0';
@@ -96,6 +102,12 @@ static int parse_sizes(bench *b, const char *list, int rank)
         uint64_t v = 0;
         if (mt_parse_u64("--sizes", tok, 1, (uint64_t)1 << 30, &v))
             return MT_EINVAL; /* its message is printed */
+        if (v > BENCH_MAX_SIZE >> shift) { /* the bound holds after the unit, never wraps */
+            if (rank == 0)
+                fprintf(stderr, "mpitrain-bench: --sizes: %s is more than 1 GiB, the largest "
+                                "byte count a suite measures\n", as_given);
+            return MT_EINVAL;
+        }
         if (b->nsizes == (int)(sizeof b->sizes / sizeof *b->sizes)) {
             b->nsizes = 0; /* too many */
             break;
@@ -111,13 +123,64 @@ static int parse_sizes(bench *b, const char *list, int rank)
     return MT_EINVAL;
 }
 
+/* Every --sizes byte count is one that a selected suite measures (in this mode), or the
+ * list is refused naming it and the sizes there are: a figure only where a size is
+ * measured, never a run that measures nothing. */
+static int check_sizes(const bench *b, const bool *selected, int rank)
+{
+    if (!b->nsizes)
+        return MT_OK;
+    size_t all[64], mine[32];
+    int n = 0;
+    for (int i = 0; i < NSUITES; i++) {
+        if (!selected[i] || !suites[i].sizes)
+            continue;
+        int k = suites[i].sizes(b, mine, 32);
+        for (int j = 0; j < k && n < 64; j++)
+            all[n++] = mine[j];
+    }
+    char list[1024] = "";
+    size_t used = 0;
+    for (int j = 0; j < n && used < sizeof list - 32; j++) {
+        size_t v = all[j];
+        const char *unit = v >= (1u << 30) && !(v & ((1u << 30) - 1)) ? "G"
+                           : v >= (1u << 20) && !(v & ((1u << 20) - 1)) ? "M"
+                           : v >= 1024 && !(v & 1023) ? "K" : "";
+        size_t shown = *unit == 'G' ? v >> 30 : *unit == 'M' ? v >> 20 : *unit == 'K' ? v >> 10 : v;
+        bool seen = false;
+        for (int q = 0; q < j && !seen; q++)
+            seen = all[q] == v;
+        if (!seen)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%zu%s", used ? "," : "",
+                                     shown, unit);
+    }
+    for (int i = 0; i < b->nsizes; i++) {
+        bool found = false;
+        for (int j = 0; j < n && !found; j++)
+            found = all[j] == b->sizes[i];
+        if (found)
+            continue;
+        if (rank == 0) {
+            if (!n)
+                fprintf(stderr, "mpitrain-bench: --sizes applies to the allreduce and checkpoint "
+                                "suites, and none of them is selected\n");
+            else
+                fprintf(stderr, "mpitrain-bench: --sizes: %zu bytes is no size the selected "
+                                "suites measure%s (they measure %s); nothing would be measured "
+                                "there\n", b->sizes[i], b->quick ? " with --quick" : "", list);
+        }
+        return MT_EINVAL;
+    }
+    return MT_OK;
+}
+
 int bench_agree(const bench *b, int rc)
 {
     MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, b->raw);
     return rc;
 }
 
-void bench_json(const bench *b, const char *suite_name, const char *fmt, ...)
+void bench_json(bench *b, const char *suite_name, const char *fmt, ...)
 {
     if (b->rank != 0 || !b->json)
         return;
@@ -126,10 +189,12 @@ void bench_json(const bench *b, const char *suite_name, const char *fmt, ...)
             b->size, b->quick ? "quick" : "full");
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(b->json, fmt, ap);
+    int bad = vfprintf(b->json, fmt, ap) < 0;
     va_end(ap);
-    fprintf(b->json, "}\n");
-    fflush(b->json);
+    bad |= fprintf(b->json, "}\n") < 0;
+    bad |= fflush(b->json) != 0 || ferror(b->json);
+    if (bad && !b->json_errno) /* said at exit, which then fails */
+        b->json_errno = errno ? errno : EIO;
 }
 
 const char *bench_budget(bench *b, bool applies, bool met, const char *rule)
@@ -151,15 +216,18 @@ const char *bench_verdict(const bench *b, bool met)
     return b->quick ? "over it in this quick run (no verdict: run without --quick)" : "NOT met";
 }
 
+static int stdout_errno; /* rank 0: the first failed write of the table (0: none) */
+
 void bench_say(const bench *b, const char *fmt, ...)
 {
     if (b->rank != 0)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    int bad = vprintf(fmt, ap) < 0;
     va_end(ap);
-    fflush(stdout);
+    if ((fflush(stdout) != 0 || bad) && !stdout_errno) /* said at exit, which then fails */
+        stdout_errno = errno ? errno : EIO;
 }
 
 /* The library's options this program takes: where to keep its run, and tracing. */
@@ -184,10 +252,12 @@ static void usage(FILE *out)
                  "  --fail-on-miss        exit with status %d when a figure misses its budget\n"
                  "  --budget-report-us US the report suite's budget at 2 ranks (default: 25)\n"
                  "  --sizes B[,B...]      the allreduce and checkpoint suites measure only these byte\n"
-                 "                        counts of theirs (K, M, G: binary), e.g. 4,1M,64M\n"
+                 "                        counts of theirs (K, M, G: binary; at most 1G), e.g.\n"
+                 "                        4,1M,64M; a size no selected suite measures is refused\n"
                  "  --help                this text\n\n"
                  "The run directory of the benchmark job goes to the private folder too; with\n"
-                 "--name or --storage-path (or MT_NAME, MT_STORAGE_PATH) it is kept there instead.\n\n",
+                 "--name or --storage-path (or MT_NAME, MT_STORAGE_PATH) it is kept there instead,\n"
+                 "as a new run: a name that exists is refused, and that run is left as it was.\n\n",
             EXIT_BUDGET_MISSED);
     const mt_trainer_config shown = {.run = {.name = "mpitrain-bench",
                                              .storage_path = "the private folder, removed at exit"}};
@@ -219,6 +289,29 @@ static int run_suites(mt_context *ctx, void *arg)
     return rc;
 }
 
+/* Rank 0: whether --json FILE would go into a run directory (its folder holds run.json or
+ * run.lock): said on stderr; the file is never written there, a run's result.json least. */
+static bool json_in_a_run(const char *file)
+{
+    char dir[4096], probe[4200];
+    snprintf(dir, sizeof dir, "%s", file);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    for (int i = 0; i < 2; i++) {
+        snprintf(probe, sizeof probe, "%s/%s", dir, i ? "run.lock" : "run.json");
+        if (access(probe, F_OK) == 0) {
+            fprintf(stderr, "mpitrain-bench: --json %s: %s is a run directory (it holds %s): "
+                            "the benchmark never writes over a run's files; give a file "
+                            "elsewhere\n", file, dir, i ? "run.lock" : "run.json");
+            return true;
+        }
+    }
+    return false;
+}
+
 static int select_suites(plan *p, const char *list)
 {
     char *copy = strdup(list), *save = NULL;
@@ -244,8 +337,9 @@ int main(int argc, char **argv)
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     static const char default_name[] = "mpitrain-bench";
+    /* never a run that exists: a name given is a new run or refused (it stays as it was) */
     mt_trainer_config cfg = {.run = {.name = default_name, .verbose = MT_VERBOSE_SILENT,
-                                     .overwrite = true, .checkpoint.num_to_keep = 1}};
+                                     .refuse_existing = true, .checkpoint.num_to_keep = 1}};
     int rc = mt_config_from_args_only(&cfg, &argc, &argv, lib_options);
     /* a name or a storage path (option or environment) asks for the run to be kept */
     bool keep_run = cfg.run.storage_path || cfg.run.name != default_name;
@@ -303,8 +397,13 @@ int main(int argc, char **argv)
     if (!only)
         for (int i = 0; i < NSUITES; i++)
             p.selected[i] = true;
-    if (!rc && json && rank == 0 && !(b.json = fopen(json, "w"))) {
-        fprintf(stderr, "mpitrain-bench: cannot write %s\n", json);
+    if (!rc)
+        rc = check_sizes(&b, p.selected, rank);
+    b.json_path = json;
+    if (!rc && json && rank == 0 && json_in_a_run(json))
+        rc = MT_EINVAL; /* said: never written over a run's files */
+    else if (!rc && json && rank == 0 && !(b.json = fopen(json, "w"))) {
+        fprintf(stderr, "mpitrain-bench: cannot write %s: %s\n", json, strerror(errno));
         rc = MT_EIO;
     }
     /* the shard suite streams each rank's part in windows: a quarter of it in memory */
@@ -354,11 +453,24 @@ int main(int argc, char **argv)
         mt_trainer_destroy(&t);
     }
     scratch_remove(scratch);
-    if (b.json)
-        fclose(b.json);
-    /* rank 0's count decides, so every rank exits the same way */
-    int missed = b.budgets_missed;
+    if (b.json && fclose(b.json) != 0 && !b.json_errno)
+        b.json_errno = errno ? errno : EIO;
+    if (b.json_errno) /* the figures asked for are not in the file: a failure */
+        fprintf(stderr, "mpitrain-bench: cannot write %s: %s (its JSON lines are incomplete)\n",
+                b.json_path, strerror(b.json_errno));
+    /* the table on standard output is the figures too (a full disk, a closed pipe) */
+    if (rank == 0 && !stdout_errno && (fflush(stdout) != 0 || ferror(stdout)))
+        stdout_errno = errno ? errno : EIO;
+    bool table_lost = stdout_errno != 0;
+    if (table_lost)
+        fprintf(stderr, "mpitrain-bench: cannot write the figures to standard output: %s\n",
+                strerror(stdout_errno));
+    /* rank 0's count and output decide, so every rank exits the same way */
+    int missed = b.budgets_missed, lost = b.json_errno != 0 || table_lost;
     MPI_Bcast(&missed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&lost, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (lost && !rc)
+        rc = MT_EIO;
     if (rank == 0 && missed)
         fprintf(stderr, "mpitrain-bench: %d figure%s missed %s budget%s\n", missed,
                 missed == 1 ? "" : "s", missed == 1 ? "its" : "their",

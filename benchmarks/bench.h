@@ -16,6 +16,8 @@ typedef struct {
     int rank, size;
     bool quick;
     FILE *json;        /* rank 0 only; may be NULL */
+    const char *json_path; /* --json FILE, for messages */
+    int json_errno;        /* the first failed write to it (0: none): a non-zero exit */
     const char *tmpdir; /* this run's private folder, removed at exit */
     char date[32], host[256]; /* rank 0's, for every JSON line */
     double report_budget_us;  /* the report suite's budget (25; --budget-report-us) */
@@ -30,8 +32,9 @@ double bench_now(void);
 double bench_median(double *v, int n);
 /* Collective: min, mean and max over ranks of x. */
 void bench_over_ranks(const bench *b, double x, double *mn, double *avg, double *mx);
-/* Rank 0: one JSON line, fields given as a printf format of "key": value pairs. */
-void bench_json(const bench *b, const char *suite, const char *fmt, ...)
+/* Rank 0: one JSON line, fields given as a printf format of "key": value pairs; a failed
+ * write is kept in b->json_errno (the program then exits with an error). */
+void bench_json(bench *b, const char *suite, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A figure's budget: when it applies, counts a miss and returns the JSON fields to append to
  * the figure's line (", \"budget\": RULE, \"budget_met\": true|false"); else "". Every
@@ -47,6 +50,11 @@ int bench_agree(const bench *b, int rc);
 bool bench_size_wanted(const bench *b, size_t bytes);
 /* Rank 0: printf to stdout. */
 void bench_say(const bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The byte counts a suite measures in b's mode (quick or full), for --sizes to pick from:
+ * up to max of them in out; how many. */
+int bench_allreduce_sizes(const bench *b, size_t *out, int max);
+int bench_checkpoint_sizes(const bench *b, size_t *out, int max);
 
 int bench_allreduce(bench *b);
 int bench_fusion(bench *b);

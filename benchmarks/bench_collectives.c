@@ -46,6 +46,15 @@ static void mt_allreduce_op(bench *b, void *arg)
         a->rc = rc;
 }
 
+int bench_allreduce_sizes(const bench *b, size_t *out, int max)
+{
+    size_t max_bytes = b->quick ? (size_t)4 << 20 : (size_t)64 << 20, step = b->quick ? 4 : 2;
+    int n = 0;
+    for (size_t bytes = 4; bytes <= max_bytes && n < max; bytes *= step)
+        out[n++] = bytes;
+    return n;
+}
+
 /* Every rank's a->count floats hold rank + 1 + i % 7; after a sum over the ranks each must
  * be size * (size + 1) / 2 + size * (i % 7), exactly (small integers in fp32). Collective:
  * the number of wrong values over all ranks (nccl-tests' #wrong), -1 for an error. */
@@ -81,11 +90,13 @@ int bench_allreduce(bench *b)
     bench_say(b, "%10s %6s %10s %10s %10s %7s %10s %11s %11s %6s\n", "bytes", "iters", "raw_us",
               "mt_us", "mt_max_us", "ratio", "extra_us", "algbw_GBps", "busbw_GBps", "wrong");
     double worst_big = 0;
+    int measured = 0;
     ar_arg a = {.buf = buf};
     size_t step = b->quick ? 4 : 2;
     for (size_t bytes = 4; bytes <= max_bytes; bytes *= step) {
         if (!bench_size_wanted(b, bytes))
             continue;
+        measured++;
         a.count = bytes / sizeof(float);
         size_t target = b->quick ? (size_t)32 << 20 : (size_t)256 << 20;
         int iters = (int)(target / bytes);
@@ -126,7 +137,9 @@ int bench_allreduce(bench *b)
                    bench_budget(b, bytes >= 65536 && b->size > 1, ratio <= 1.05,
                                 "ratio <= 1.05 at >= 64 KiB"));
     }
-    if (worst_big > 0)
+    if (!measured) /* no figure and no verdict without a measurement */
+        bench_say(b, "nothing measured: no size of --sizes is one of this suite's\n");
+    else if (worst_big > 0 && b->size > 1)
         bench_say(b, "budget: mt_allreduce <= 1.05x raw at >= 64 KiB: worst %.3fx (%s)\n",
                   worst_big, bench_verdict(b, worst_big <= 1.05));
     free(buf);

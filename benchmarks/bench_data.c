@@ -36,29 +36,40 @@ static int make_file(bench *b, shard_file *sf, char *path, size_t len)
         if (f < 0) {
             bench_say(b, "writing %s (%zu MiB)...\n", path, bytes >> 20);
             f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-            hid_t g = H5Gcreate2(f, "/train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            hid_t g = f >= 0 ? H5Gcreate2(f, "/train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
             hsize_t dims[2] = {(hsize_t)sf->rows, ROW_BYTES};
             hid_t sp = H5Screate_simple(2, dims, NULL);
-            hid_t d = H5Dcreate2(g, "x", H5T_NATIVE_UINT8, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            hid_t d = g >= 0 ? H5Dcreate2(g, "x", H5T_NATIVE_UINT8, sp, H5P_DEFAULT, H5P_DEFAULT,
+                                          H5P_DEFAULT) : -1;
             hsize_t slab = 16384, start[2] = {0, 0}, count[2] = {0, ROW_BYTES};
             unsigned char *buf = malloc(slab * ROW_BYTES);
-            for (size_t i = 0; i < slab * ROW_BYTES; i++)
+            bool bad = d < 0 || !buf; /* every write checked: no figure from a short file */
+            for (size_t i = 0; buf && i < slab * ROW_BYTES; i++)
                 buf[i] = (unsigned char)(i * 31);
-            for (hsize_t r = 0; r < dims[0]; r += slab) {
+            for (hsize_t r = 0; !bad && r < dims[0]; r += slab) {
                 start[0] = r;
                 count[0] = r + slab > dims[0] ? dims[0] - r : slab;
                 hid_t fs = H5Dget_space(d), ms = H5Screate_simple(2, count, NULL);
-                H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
-                H5Dwrite(d, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, buf);
+                bad = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
+                      H5Dwrite(d, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, buf) < 0;
                 H5Sclose(fs);
                 H5Sclose(ms);
             }
             free(buf);
-            H5Dclose(d);
+            if (d >= 0 && H5Dclose(d) < 0)
+                bad = true;
             H5Sclose(sp);
-            H5Gclose(g);
-            H5Fclose(f);
-            f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+            if (g >= 0 && H5Gclose(g) < 0)
+                bad = true;
+            if (f >= 0 && H5Fclose(f) < 0)
+                bad = true;
+            f = -1;
+            if (bad) {
+                fprintf(stderr, "mpitrain-bench: cannot write %s (%zu MiB; is its folder full?): "
+                                "no shard figure without it\n", path, bytes >> 20);
+                unlink(path);
+            } else
+                f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
         }
         hid_t d = f >= 0 ? H5Dopen2(f, "/train/x", H5P_DEFAULT) : -1;
         off = d >= 0 ? (long long)H5Dget_offset(d) : -1;

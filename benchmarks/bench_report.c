@@ -15,6 +15,7 @@
  */
 #include "bench.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,31 +80,49 @@ static long long peak_kib(void)
     return v;
 }
 
-/* Rank 0 writes its part `copies` times into a new file in the run directory and fsyncs
- * it; seconds (0 on the other ranks). */
-static double raw_write(const bench *b, const unsigned char *part, size_t len, int copies)
+/* Rank 0 writes its part `copies` times into a new file in the run directory (created
+ * new, never through a link) and fsyncs it; seconds in *t (0 on the other ranks). Every
+ * write is checked: a failed one (a full disk) is MT_EIO naming the file and the reason,
+ * on every rank (collective), and no figure is made of it. */
+static int raw_write(const bench *b, const unsigned char *part, size_t len, int copies,
+                     double *t)
 {
-    if (b->rank != 0)
-        return 0;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/.mpitrain-bench-raw-%d.bin", mt_run_dir(b->ctx),
-             (int)getpid());
-    size_t chunk = (size_t)8 << 20;
-    double t0 = bench_now();
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    for (int k = 0; fd >= 0 && k < copies; k++)
-        for (size_t off = 0; off < len; off += chunk) {
-            size_t n = len - off < chunk ? len - off : chunk;
-            if (write(fd, part + off, n) != (ssize_t)n)
-                break;
+    *t = 0;
+    int rc = MT_OK;
+    if (b->rank == 0) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/.mpitrain-bench-raw-%d.bin", mt_run_dir(b->ctx),
+                 (int)getpid());
+        size_t chunk = (size_t)8 << 20;
+        double t0 = bench_now();
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), e = 0;
+        if (fd < 0)
+            e = errno;
+        for (int k = 0; !e && k < copies; k++)
+            for (size_t off = 0; !e && off < len;) {
+                size_t n = len - off < chunk ? len - off : chunk;
+                ssize_t w = write(fd, part + off, n);
+                if (w < 0 && errno == EINTR)
+                    continue;
+                if (w <= 0)
+                    e = w < 0 ? errno : EIO;
+                else
+                    off += (size_t)w;
+            }
+        if (!e && fsync(fd) != 0)
+            e = errno;
+        if (fd >= 0 && close(fd) != 0 && !e)
+            e = errno;
+        *t = bench_now() - t0;
+        if (fd >= 0)
+            unlink(path);
+        if (e) {
+            fprintf(stderr, "mpitrain-bench: the raw baseline's write to %s failed: %s (no "
+                            "figure without it)\n", path, strerror(e));
+            rc = MT_EIO;
         }
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
     }
-    double t = bench_now() - t0;
-    unlink(path);
-    return t;
+    return bench_agree(b, rc);
 }
 
 /* One timed sharded commit of part (rows of 4096 bytes); the slowest rank's seconds, and
@@ -128,10 +147,20 @@ static int timed_commit(bench *b, const unsigned char *part, size_t len, double 
     return rc;
 }
 
+static const size_t ck_sizes[] = {16, 64, 256, 1024}; /* MiB */
+
+int bench_checkpoint_sizes(const bench *b, size_t *out, int max)
+{
+    int n = 0;
+    for (int s = 0; s < (b->quick ? 3 : 4) && n < max; s++)
+        out[n++] = ck_sizes[s] << 20;
+    return n;
+}
+
 int bench_checkpoint(bench *b)
 {
-    size_t sizes[] = {16, 64, 256, 1024};
-    int nsizes = b->quick ? 3 : 4, rc = MT_OK;
+    const size_t *sizes = ck_sizes;
+    int nsizes = b->quick ? 3 : 4, rc = MT_OK, measured = 0;
     bench_say(b, "%6s %8s %10s %10s %7s %16s\n", "ranks", "MiB", "raw_MBps", "mt_MBps", "ratio",
               "rank0_grew_MiB");
     double worst = 1e9;
@@ -150,17 +179,21 @@ int bench_checkpoint(bench *b)
         double tm[7], tr[7];
         long long grew = 0;
         for (int r = 0; r < reps && !rc; r++) {
-            double w = 0;
+            double w = 0, mine_w = 0;
             if (r % 2) /* every other turn, the raw write goes first */
-                bench_over_ranks(b, raw_write(b, part, mine, b->size), NULL, NULL, &w);
-            rc = timed_commit(b, part, mine, &tm[r], &grew);
-            if (r % 2 == 0)
-                bench_over_ranks(b, raw_write(b, part, mine, b->size), NULL, NULL, &w);
+                rc = raw_write(b, part, mine, b->size, &mine_w);
+            if (!rc)
+                rc = timed_commit(b, part, mine, &tm[r], &grew);
+            if (!rc && r % 2 == 0)
+                rc = raw_write(b, part, mine, b->size, &mine_w);
+            if (!rc)
+                bench_over_ranks(b, mine_w, NULL, NULL, &w);
             tr[r] = w;
         }
         free(part);
         if (rc)
             break;
+        measured++;
         double total = (double)(mine * (size_t)b->size);
         double gm = total / bench_median(tm, reps) / 1e6, gr = total / bench_median(tr, reps) / 1e6;
         if (gm / gr < worst)
@@ -172,7 +205,9 @@ int bench_checkpoint(bench *b)
                    grew >> 10, bench_budget(b, true, gm / gr >= 0.7,
                                             "ratio >= 0.7 at every size up to 1 GiB"));
     }
-    if (!rc)
+    if (!rc && !measured) /* no figure and no verdict without a measurement */
+        bench_say(b, "nothing measured: no size of --sizes is one of this suite's\n");
+    else if (!rc)
         bench_say(b, "budget: commit >= 0.7x raw write+fsync at every size: worst %.2fx (%s); "
                      "rank 0 holds <= 64 MiB of the others' data at a time\n",
                   worst, bench_verdict(b, worst >= 0.7));

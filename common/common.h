@@ -96,6 +96,20 @@ int mt__append_whole(FILE *f, const char *dir, const char *name, const char *p, 
  * file ends in a newline or does not exist). */
 int mt__cut_torn_tail(const char *path, off_t *cut);
 
+/* Files of a run directory (files.c): never opened through a symbolic link, only a regular
+ * file with one name (a hard link's other name may be anything outside the run), never a
+ * FIFO or device (an open that would block). mt__run_open: open(2) with those checks and
+ * O_NOFOLLOW | O_CLOEXEC added; with O_CREAT it creates only (O_EXCL: a file already
+ * there, link or not, is EEXIST, so nothing the library did not create is truncated;
+ * remove a leftover of the library's own first); the descriptor, or a negative MT_E*
+ * code recorded naming the file (MT_ENOTFOUND when it does not exist and O_CREAT is not
+ * given). mt__run_fopen: the same as a stdio stream; mode "r", "a" (an existing file or
+ * a new one), "x" (a new file, for writing). mt__run_check: path is absent (MT_ENOTFOUND,
+ * not recorded) or a regular file of one name (MT_OK), else the error naming it. */
+int mt__run_open(const char *path, int flags, mode_t mode);
+FILE *mt__run_fopen(const char *path, const char *mode, int *rc);
+int mt__run_check(const char *path);
+
 const char *mt__dtype_name(int dtype);
 const char *mt__op_name(int op);
 /* Convert n elements from one dtype to another in memory, by HDF5's rule for its native

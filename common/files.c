@@ -3,7 +3,10 @@
  * (never following a link), replace a file atomically (temporary file, fsync, rename,
  * fsync of the folder), append to a log whole or not at all, and cut the torn last line
  * a crash left. Every failure names the file and the system's reason (strerror: "No space
- * left on device"), and a failed write leaves no temporary file behind.
+ * left on device"), and a failed write leaves no temporary file behind. A run directory's
+ * files are opened by mt__run_open only: never through a symbolic link, never a FIFO or a
+ * file with a second name, and created with O_EXCL, so a link put where a run file should
+ * be is an error naming it, never a write to (or a truncation of) the file it points at.
  */
 #include "common.h"
 
@@ -77,10 +80,17 @@ int mt__write_atomic(const char *dir, const char *name, const char *text)
     char tmp[4096], final[4096];
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
     snprintf(final, sizeof final, "%s/%s", dir, name);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* what is in the way is the library's own leftover or a link put there: the name goes,
+     * whatever it pointed at stays as it was; then the temporary file is created new */
+    if (unlink(tmp) != 0 && errno != ENOENT)
+        return mt__error(MT_EIO, "cannot remove %s: %s", tmp, strerror(errno));
+    int rc = mt__run_check(final);
+    if (rc != MT_OK && rc != MT_ENOTFOUND)
+        return rc; /* a link or a folder where the file goes: named, left alone */
+    int fd = mt__run_open(tmp, O_WRONLY | O_CREAT, 0644);
     if (fd < 0)
-        return mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(errno));
-    int rc = MT_OK;
+        return fd;
+    rc = MT_OK;
     size_t len = strlen(text), done = 0;
     while (done < len && !rc) {
         ssize_t n = write(fd, text + done, len - done);
@@ -96,6 +106,9 @@ int mt__write_atomic(const char *dir, const char *name, const char *text)
         rc = mt__error(MT_EIO, "fsync of %s failed: %s", tmp, strerror(errno));
     if (close(fd) != 0 && !rc)
         rc = mt__error(MT_EIO, "close of %s failed: %s", tmp, strerror(errno));
+    int there = rc ? MT_OK : mt__run_check(final); /* again: it may have appeared since */
+    if (!rc && there != MT_OK && there != MT_ENOTFOUND)
+        rc = there;
     if (!rc && rename(tmp, final) != 0)
         rc = mt__error(MT_EIO, "rename %s to %s failed: %s", tmp, final, strerror(errno));
     if (rc) { /* the old file stays as it was; no temporary is left behind */
@@ -131,9 +144,11 @@ int mt__append_whole(FILE *f, const char *dir, const char *name, const char *p, 
 int mt__cut_torn_tail(const char *path, off_t *cut)
 {
     *cut = 0;
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? MT_OK : mt__error(MT_EIO, "cannot open %s: %s", path, strerror(errno));
+    int fd = mt__run_check(path);
+    if (fd == MT_ENOTFOUND)
+        return MT_OK;
+    if (fd != MT_OK || (fd = mt__run_open(path, O_RDWR, 0)) < 0)
+        return fd; /* a link or another file's name is never cut */
     struct stat st;
     int rc = fstat(fd, &st) == 0 ? MT_OK : mt__error(MT_EIO, "cannot stat %s: %s", path, strerror(errno));
     off_t end = rc ? 0 : st.st_size, keep = 0;
@@ -163,4 +178,87 @@ int mt__cut_torn_tail(const char *path, off_t *cut)
     }
     close(fd);
     return rc;
+}
+
+/* ------------------------------------------------------------ files of a run directory */
+
+static const char *kind_of(mode_t m)
+{
+    return S_ISLNK(m) ? "a symbolic link" : S_ISDIR(m) ? "a folder" : S_ISFIFO(m) ? "a FIFO"
+           : S_ISSOCK(m) ? "a socket" : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a file";
+}
+
+/* The error for what lstat found at path where a regular file of the run should be. */
+static int not_a_run_file(const char *path, const struct stat *st, bool writing)
+{
+    if (S_ISREG(st->st_mode)) /* then it has another name */
+        return mt__error(MT_EIO, "%s has %lu names (a hard link): a run file with a name "
+                         "outside the run is never %s; remove that name or this file", path,
+                         (unsigned long)st->st_nlink, writing ? "written" : "read");
+    return mt__error(MT_EIO, "%s is %s, not a file of the run: the library never opens a run "
+                     "file through a link or in place of something else; remove it", path,
+                     kind_of(st->st_mode));
+}
+
+int mt__run_check(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT || errno == ENOTDIR ? MT_ENOTFOUND
+                               : mt__error(MT_EIO, "cannot stat %s: %s", path, strerror(errno));
+    return S_ISREG(st.st_mode) ? MT_OK : not_a_run_file(path, &st, false);
+}
+
+int mt__run_open(const char *path, int flags, mode_t mode)
+{
+    bool writing = (flags & O_ACCMODE) != O_RDONLY;
+    if (flags & O_CREAT)
+        flags |= O_EXCL;
+    /* O_NONBLOCK: a FIFO put in a file's place opens at once (and is refused below) */
+    int fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode);
+    struct stat st;
+    if (fd < 0) {
+        int e = errno;
+        if (lstat(path, &st) == 0 && (!S_ISREG(st.st_mode) || (writing && st.st_nlink > 1)))
+            return not_a_run_file(path, &st, writing);
+        if (e == ENOENT)
+            return mt__error(MT_ENOTFOUND, "%s: no such file", path);
+        if (e == EEXIST)
+            return mt__error(MT_EIO, "%s exists already: a run file is created new, never "
+                             "written over a file the library did not create", path);
+        return mt__error(MT_EIO, "cannot %s %s: %s", flags & O_CREAT ? "create" : "open", path,
+                         strerror(e));
+    }
+    int rc = fstat(fd, &st) != 0 ? mt__error(MT_EIO, "cannot stat %s: %s", path, strerror(errno))
+             : !S_ISREG(st.st_mode) || (writing && st.st_nlink > 1) ? not_a_run_file(path, &st, writing)
+             : fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0
+                 ? mt__error(MT_EIO, "cannot open %s: %s", path, strerror(errno))
+                 : MT_OK;
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+FILE *mt__run_fopen(const char *path, const char *mode, int *rc)
+{
+    int fd = -1;
+    if (!strcmp(mode, "r"))
+        fd = mt__run_open(path, O_RDONLY, 0);
+    else if (!strcmp(mode, "x"))
+        fd = mt__run_open(path, O_WRONLY | O_CREAT, 0644);
+    else { /* "a": the file there, else a new one */
+        fd = mt__run_open(path, O_WRONLY | O_APPEND, 0);
+        if (fd == MT_ENOTFOUND)
+            fd = mt__run_open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, !strcmp(mode, "x") ? "w" : mode) : NULL;
+    if (fd >= 0 && !f) {
+        close(fd);
+        fd = mt__error(MT_ENOMEM, "cannot open %s: %s", path, strerror(errno));
+    }
+    if (rc)
+        *rc = f ? MT_OK : fd;
+    return f;
 }

@@ -22,6 +22,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,36 +253,48 @@ void mt__trace_end_(mt__trace_span *s)
     pthread_mutex_unlock(&b->mu);
 }
 
-static int make_dir(const char *dir)
+/* The trace folder: created, or there already (never a link to a folder elsewhere:
+ * MT_EIO recorded); -1 (errno) when it cannot be created. */
+static int make_dir(const char *dir, int r)
 {
-    if (mkdir(dir, 0777) == 0 || errno == EEXIST)
-        return 0;
-    return -1;
+    struct stat st;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return -1;
+    if (lstat(dir, &st) != 0 || !S_ISLNK(st.st_mode))
+        return 0; /* a file in the way: the file's open says so (a warning) */
+    return mt__error(MT_EIO, "rank %d: %s is a symbolic link, not the run's trace folder: "
+                     "nothing is written through it; remove it", r, dir);
 }
 
 /* A run started again under its name (a resume) keeps the trace of the attempt before as
- * rank_<R>.<k>.json, k = 1, 2, ...: the attempt that failed is the one worth reading. */
-static void keep_earlier(const char *dir, int r)
+ * rank_<R>.<k>.json, k = 1, 2, ...: the attempt that failed is the one worth reading. A
+ * link in the file's place (or at a name it would move to) is MT_EIO naming it. */
+static int keep_earlier(const char *dir, int r)
 {
     char old[4200];
-    if (access(path, F_OK) != 0)
-        return;
+    int rc = mt__run_check(path);
+    if (rc == MT_ENOTFOUND)
+        return MT_OK;
+    if (rc)
+        return mt__error(MT_EIO, "rank %d: %s", r, mt_last_error());
     for (int k = 1; k < 100000; k++) {
         snprintf(old, sizeof old, "%s/rank_%d.%d.json", dir, r, k);
-        if (access(old, F_OK) != 0) {
+        struct stat st;
+        if (lstat(old, &st) != 0) {
             if (rename(path, old) != 0)
                 fprintf(stderr, "mpitrain: rank %d: cannot keep the earlier trace %s as %s: %s\n",
                         r, path, old, strerror(errno));
-            return;
+            return MT_OK;
         }
     }
+    return MT_OK;
 }
 
-void mt__trace_start(bool want, const char *run_dir, int r)
+int mt__trace_start(bool want, const char *run_dir, int r)
 {
     const char *env = getenv("MT_TRACE");
     if (!want && !(env && *env && strcmp(env, "0") != 0))
-        return;
+        return MT_OK;
     if (atomic_load(&mt__trace_on))
         mt__trace_stop();
     char dir[4096], host[256] = "";
@@ -290,14 +303,23 @@ void mt__trace_start(bool want, const char *run_dir, int r)
         snprintf(host, sizeof host, "unknown");
     pthread_mutex_lock(&file_mu);
     snprintf(path, sizeof path, "%s/rank_%d.json", dir, r);
-    keep_earlier(dir, r);
-    const char *bad = make_dir(dir) != 0 ? dir : !(file = fopen(path, "w")) ? path : NULL;
-    if (bad) {
-        fprintf(stderr, "mpitrain: rank %d: tracing off: cannot create %s: %s\n", r, bad,
+    int rc = make_dir(dir, r);
+    if (rc == -1) { /* cannot be created (read-only, no room): a warning */
+        fprintf(stderr, "mpitrain: rank %d: tracing off: cannot create %s: %s\n", r, dir,
                 strerror(errno));
+        rc = MT_OK;
+    } else if (!rc && !(rc = keep_earlier(dir, r))) {
+        int fd = mt__run_open(path, O_WRONLY | O_CREAT, 0644); /* new: never through a link */
+        if (fd >= 0 && !(file = fdopen(fd, "w")))
+            close(fd);
+        if (!file)
+            fprintf(stderr, "mpitrain: rank %d: tracing off: %s\n", r,
+                    fd >= 0 ? strerror(errno) : mt_last_error());
+    }
+    if (!file) {
         path[0] = '\0';
         pthread_mutex_unlock(&file_mu);
-        return;
+        return rc;
     }
     rank = r;
     gen++;
@@ -329,6 +351,7 @@ void mt__trace_start(bool want, const char *run_dir, int r)
         pthread_mutex_unlock(&b->mu);
     }
     atomic_store(&mt__trace_on, 1);
+    return MT_OK;
 }
 
 void mt__trace_stop(void)

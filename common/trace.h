@@ -35,8 +35,10 @@ typedef struct {
  * events go to <run_dir>/trace/rank_<rank>.json, which this rank creates itself. The calling
  * thread is the training thread (its gaps between library calls are "compute"). Tracing is
  * diagnostic: a failure to open the file is a warning on stderr and the run goes on
- * untraced. */
-void mt__trace_start(bool want, const char *run_dir, int rank);
+ * untraced (MT_OK). But a symbolic link (or anything but a folder, a file of one name)
+ * where the trace folder or this rank's file goes is MT_EIO, recorded naming it: nothing
+ * is written through it, and the caller fails the run. */
+int mt__trace_start(bool want, const char *run_dir, int rank);
 /* Local. Writes what the threads still hold and closes the file; no-op when not tracing. */
 void mt__trace_stop(void);
 /* Local, rank 0, once every rank's mt__trace_stop has returned: <run_dir>/trace/job.json,

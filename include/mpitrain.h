@@ -155,7 +155,10 @@ typedef struct {
     int verbose;
     mt_checkpoint_config checkpoint;
     mt_failure_config failure;
-    bool overwrite; /* a finished run of the same name is replaced instead of refused */
+    /* a finished run of the same name is replaced instead of refused; never together with
+     * a resume_from_checkpoint or a dataset file inside that run (MT_EINVAL before anything
+     * is deleted: the folder it would clear holds what the run is to read) */
+    bool overwrite;
     bool trace; /* each rank writes a timeline to <run>/trace/rank_<R>.json (also MT_TRACE=1) */
     /* A checkpoint folder (of another run, or mt_checkpoint_open's) a new run starts from:
      * mt_get_checkpoint gives it to the training function (a trainable's load) when the
@@ -164,6 +167,11 @@ typedef struct {
      * 0. NULL = none. A path that is not a checkpoint is MT_EFORMAT (MT_EINVAL when the
      * path is empty or too long) on every rank before the function runs. */
     const char *resume_from_checkpoint;
+    /* A program that does not train (a diagnostic, a benchmark) sets this: a run directory
+     * of this name that holds anything (a run in any state: finished, failed, preempted,
+     * running) is refused with MT_EINVAL on every rank, naming it, and left exactly as it
+     * was; overwrite does not apply. Not a command-line option. */
+    bool refuse_existing;
 } mt_run_config;
 
 typedef struct {
@@ -482,7 +490,10 @@ typedef struct mt_checkpoint mt_checkpoint;
 /* Local, all of them. Keys: 1 to 255 bytes, no control characters; '/' nests
  * ("val/acc"). Setting a key again replaces it. The keys mt_report adds to every row are reserved (MT_EINVAL naming
  * the key): training_iteration, iterations_since_restore (1 on an attempt's first report),
- * timestamp, time_this_iter_s, time_total_s, checkpoint_dir_name, per_rank. */
+ * timestamp, time_this_iter_s, time_total_s, checkpoint_dir_name, per_rank, nonfinite_metrics
+ * (a row lists there the keys of its doubles that are NaN or infinite, written as the
+ * strings "NaN", "Infinity", "-Infinity"; a string metric is read back as a string,
+ * whatever it spells). */
 MT_EXTERN mt_metrics *mt_metrics_new(void);
 MT_EXTERN void mt_metrics_free(mt_metrics **m);
 MT_EXTERN int mt_metrics_set_f64(mt_metrics *m, const char *key, double v);
@@ -595,7 +606,13 @@ MT_EXTERN int mt_checkpoint_open(const char *path, mt_checkpoint **out);
  * files (those given to mt_checkpoint_add_file: rank 0's as NAME, rank r's as
  * rankR/NAME; listed by mt_checkpoint_open, the full path is mt_checkpoint_path/NAME);
  * 0 / NULL (and mt_last_error) for a checkpoint being built, an index out of range or
- * NULL. */
+ * NULL. Every commit adds three keys of its own, where the checkpoint belongs: "mt.run"
+ * (the run's identity, 32 hex digits, also in run.json's "run_id"), "mt.checkpoint" (its
+ * folder's name) and "mt.iteration" (an integer: the training_iteration reported with it);
+ * a resume checks them against run.json and skips, with a warning, a checkpoint that is
+ * not the one run.json names there (a file copied over another, or from another run), as
+ * it skips a damaged one. Checkpoints written before these keys existed are restored by
+ * their checksums alone. */
 MT_EXTERN size_t mt_checkpoint_num_arrays(const mt_checkpoint *ck);
 MT_EXTERN const char *mt_checkpoint_array_name(const mt_checkpoint *ck, size_t i);
 MT_EXTERN size_t mt_checkpoint_num_meta(const mt_checkpoint *ck);
@@ -640,6 +657,11 @@ MT_EXTERN int mt_result_best_checkpoint(const mt_result *r, const char *metric, 
  * order of first appearance; a row lacks the keys it did not report. Borrowed from r;
  * NULL (and mt_last_error) for NULL r or an index out of range. */
 MT_EXTERN size_t mt_result_num_rows(const mt_result *r);
+/* Local. How many lines of result.json could not be read as a row (damaged, or a last
+ * line a crash cut short), and their line numbers (from 1, in order) in lines[0..max)
+ * when lines is not NULL; those lines are no row of the result. mt_result_load (and fit,
+ * on rank 0) also say so on stderr, with the line numbers: never in silence. */
+MT_EXTERN size_t mt_result_unreadable_rows(const mt_result *r, size_t *lines, size_t max);
 MT_EXTERN const mt_metrics *mt_result_row(const mt_result *r, size_t i);
 MT_EXTERN size_t mt_result_num_columns(const mt_result *r);
 MT_EXTERN const char *mt_result_column(const mt_result *r, size_t i);

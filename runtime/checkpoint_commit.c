@@ -259,9 +259,7 @@ static int write_files(mt_context *c, const mt__ck_building *ck, const char *dir
                     rc = mt__mkdirs(path);
                 snprintf(path, sizeof path, "%s/rank%d/%s", dir, r, name);
             }
-            FILE *out = rc ? NULL : fopen(path, "wb");
-            if (!rc && !out)
-                rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
+            FILE *out = rc ? NULL : mt__run_fopen(path, "x", &rc); /* new, never a link */
             copier cp = {out, path};
             if (r > 0) {
                 /* after a failed write, keep receiving so rank r is not left waiting */
@@ -422,6 +420,10 @@ static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *
     int rc = grown && m && drop && keep && gone && names && !mt__metrics_copy(m, metrics)
                  ? mt__fsync_dir(tmp)
                  : mt__error(MT_ENOMEM, "out of memory recording %s", name);
+    struct stat st;
+    if (!rc && lstat(final, &st) == 0) /* a link or a folder in its place: never replaced */
+        rc = mt__error(MT_EIO, "cannot publish %s: %s is there already (%s); remove it",
+                       name, final, S_ISLNK(st.st_mode) ? "a symbolic link" : "not recorded");
     if (!rc && rename(tmp, final) != 0)
         rc = mt__error(MT_EIO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
     if (rc) {
@@ -526,8 +528,12 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *handle, mt__rundir
     char tmp[4096], h5[4200];
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", run->dir, name);
     snprintf(h5, sizeof h5, "%s/checkpoint.h5", tmp);
-    mt__rmtree(tmp);
+    mt__rmtree(tmp); /* a crash's leftover, or a link: the name goes, never its target */
     int status = mt__mkdirs(tmp);
+    struct stat st;
+    if (!status && (lstat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)))
+        status = mt__error(MT_EIO, "%s: not a folder this commit created (a link appeared "
+                           "in its place); nothing is written through it", tmp);
     mt__ckpt_writer *file = NULL;
     if (!status)
         status = mt__ckpt_writer_create(h5, &file);
@@ -541,9 +547,22 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *handle, mt__rundir
         status = write_array(c, file, a, rows, buf,
                              i == 0 && pause_here(run->next_index), status);
     }
+    /* where it belongs, for restore to check: the run, this folder, this iteration (the
+     * library's values under these keys, whatever the checkpoint's own held) */
+    char it_text[32];
+    snprintf(it_text, sizeof it_text, "%lld", (long long)iteration);
+    const char *stamp[3][2] = {{MT__META_RUN, run->run_id}, {MT__META_NAME, name},
+                               {MT__META_ITERATION, it_text}};
     for (int i = 0; i < ck->nmeta && !status; i++)
-        status = mt__ckpt_writer_meta(file, ck->meta_keys[i], ck->meta_types[i],
-                                      ck->meta_values[i]);
+        if (strcmp(ck->meta_keys[i], MT__META_RUN) && strcmp(ck->meta_keys[i], MT__META_NAME) &&
+            strcmp(ck->meta_keys[i], MT__META_ITERATION))
+            status = mt__ckpt_writer_meta(file, ck->meta_keys[i], ck->meta_types[i],
+                                          ck->meta_values[i]);
+    /* test-only: a checkpoint as one written before these keys existed */
+    bool unstamped = mt__test_fail("commit-unstamped", 0);
+    for (int i = 0; i < 3 && !status && !unstamped; i++)
+        status = mt__ckpt_writer_meta(file, stamp[i][0], i == 2 ? MT__META_I64 : MT__META_STR,
+                                      stamp[i][1]);
     {   /* seals the file when all went well; closes and fsyncs it in any case */
         MT__TRACE("checkpoint", "close");
         status = mt__ckpt_writer_close(&file, status);

@@ -1,7 +1,8 @@
 /*
  * checkpoint_restore.c -- a stored checkpoint read back: opening one by path (its index
  * and files), rank 0's pick of the newest valid one of a run (every checksum read and
- * compared), and reading arrays back with mt_checkpoint_get.
+ * compared, and where it says it belongs checked against run.json), and reading arrays
+ * back with mt_checkpoint_get.
  *
  * mt_checkpoint_get has two modes, by the checkpoint it is given: the one a fit resumes
  * from (mt_get_checkpoint, the trainable's load) is bound to the fit's context and read
@@ -73,6 +74,40 @@ static int verify(const char *dir, mt__ckpt_index *ix)
     return rc;
 }
 
+/* The metadata value of key in ix, or NULL. */
+static const char *meta_of(const mt__ckpt_index *ix, const char *key)
+{
+    for (int i = 0; i < ix->nmeta; i++)
+        if (!strcmp(ix->meta_keys[i], key))
+            return ix->meta_values[i];
+    return NULL;
+}
+
+/* Rank 0: MT_OK when the checkpoint in dir (its index ix) is the one run.json's entry k
+ * names: this run's, this folder's, this iteration's, where it says (an older checkpoint
+ * says nothing: its checksums are all there is); else MT_EFORMAT saying what it is. */
+static int belongs(const mt__rundir *run, const mt__kept *k, const mt__ckpt_index *ix,
+                   const char *dir)
+{
+    const char *id = meta_of(ix, MT__META_RUN), *name = meta_of(ix, MT__META_NAME);
+    const char *it = meta_of(ix, MT__META_ITERATION);
+    const char *trainable = meta_of(ix, "mt.training_iteration"); /* a trainable's own count */
+    char want[32];
+    snprintf(want, sizeof want, "%lld", (long long)k->iteration);
+    if (id && run->run_id[0] && strcmp(id, run->run_id))
+        return mt__error(MT_EFORMAT, "%s holds a checkpoint of another run (%s %.40s; this run "
+                         "is %s): a file copied in from elsewhere", dir, MT__META_RUN, id,
+                         run->run_id);
+    if (name && strcmp(name, k->name))
+        return mt__error(MT_EFORMAT, "%s holds this run's %.40s, not %s: a checkpoint file "
+                         "copied over another", dir, name, k->name);
+    if ((it && strcmp(it, want)) || (!it && trainable && strcmp(trainable, want)))
+        return mt__error(MT_EFORMAT, "%s was committed at training_iteration %.32s, but run.json "
+                         "records %s there: a checkpoint file copied over another", dir,
+                         it ? it : trainable, want);
+    return MT_OK;
+}
+
 int mt__checkpoint_pick_valid(mt__rundir *run, int64_t max_iteration, int *picked)
 {
     /* newest first */
@@ -92,8 +127,9 @@ int mt__checkpoint_pick_valid(mt__rundir *run, int64_t max_iteration, int *picke
             mt__error(MT_EFORMAT, "its report (training_iteration %lld) is not in result.json, "
                       "which ends at %lld: the job ended between the commit and the report",
                       (long long)run->kept[best].iteration, (long long)max_iteration);
-        else
-            rc = verify(dir, &ix);
+        else if ((rc = verify(dir, &ix)) == MT_OK && (rc = belongs(run, &run->kept[best], &ix,
+                                                                    dir)) != MT_OK)
+            mt__ckpt_index_free(&ix);
         if (rc == MT_OK) {
             mt__ckpt_index_free(&ix);
             run->latest = best;

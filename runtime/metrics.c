@@ -14,6 +14,7 @@
 #include <string.h>
 
 #define KEY_MAX 255
+#define NONFINITE "nonfinite_metrics" /* below, at the JSON form */
 
 mt_metrics *mt_metrics_new(void)
 {
@@ -44,7 +45,7 @@ void mt_metrics_free(mt_metrics **mp)
 
 static const char *const reserved[] = {"training_iteration", "iterations_since_restore",
                                        "timestamp", "time_this_iter_s", "time_total_s",
-                                       "checkpoint_dir_name", "per_rank", NULL};
+                                       "checkpoint_dir_name", "per_rank", NONFINITE, NULL};
 
 bool mt__metrics_reserved(const char *key)
 {
@@ -59,7 +60,7 @@ static int reserved_error(const char *key)
     return mt__error(MT_EINVAL, "metric key \"%s\" is reserved: mt_report sets it on every row "
                      "(reserved: training_iteration, iterations_since_restore, timestamp, "
                      "time_this_iter_s, time_total_s, "
-                     "checkpoint_dir_name, per_rank)", key);
+                     "checkpoint_dir_name, per_rank, nonfinite_metrics)", key);
 }
 
 int mt__metrics_check_user(const mt_metrics *m)
@@ -318,16 +319,28 @@ int mt__metrics_decode(mt_metrics *m, const char *b, size_t len)
 
 /* ------------------------------------------------------------ JSON */
 
+/* NaN and the infinities are no JSON number: such a double is written as the string
+ * "NaN", "Infinity" or "-Infinity" (what a reader of the file expects) and its key is
+ * listed in the object's "nonfinite_metrics" ({"loss": true}), so that a string metric
+ * that spells one of them stays a string when read back (a type a row does not list is
+ * the type its JSON value has). */
+
 json_t *mt__metrics_to_json(const mt_metrics *m)
 {
-    json_t *o = json_object();
+    json_t *o = json_object(), *nonfinite = NULL;
     for (int i = 0; o && m && i < m->n; i++) {
         const mt__metric *e = &m->e[i];
+        bool odd = e->type == MT__METRIC_F64 && !isfinite(e->f);
         json_t *v = e->type == MT__METRIC_STR ? json_string(e->s)
                     : e->type == MT__METRIC_I64 ? json_integer(e->i)
-                    : isfinite(e->f) ? json_real(e->f)
-                                     : json_string(isnan(e->f) ? "NaN" : e->f > 0 ? "Infinity" : "-Infinity");
-        if (json_object_set_new(o, e->key, v)) { /* out of memory: no row with keys missing */
+                    : !odd ? json_real(e->f)
+                           : json_string(isnan(e->f) ? "NaN" : e->f > 0 ? "Infinity" : "-Infinity");
+        if (odd && !nonfinite && (!(nonfinite = json_object()) ||
+                                  json_object_set_new(o, NONFINITE, nonfinite)))
+            v = (json_decref(v), NULL);
+        /* out of memory: no row with keys (or a key's type) missing */
+        if (json_object_set_new(o, e->key, v) ||
+            (odd && json_object_set_new(nonfinite, e->key, json_true()))) {
             json_decref(o);
             return NULL;
         }
@@ -338,13 +351,14 @@ json_t *mt__metrics_to_json(const mt_metrics *m)
 int mt__metrics_from_json(mt_metrics *m, const json_t *o)
 {
     const char *key;
-    json_t *v;
+    json_t *v, *nonfinite = json_object_get(o, NONFINITE);
     int rc = MT_OK;
     json_object_foreach((json_t *)o, key, v)
     {
         if (rc)
             break;
-        if (!key_ok(key)) /* a hand-edited file's key no metric can have: passed over */
+        /* a hand-edited file's key no metric can have, the types' list: passed over */
+        if (!key_ok(key) || !strcmp(key, NONFINITE))
             continue;
         /* rows and run.json carry the automatic keys: not a user's setting */
         if (json_is_integer(v))
@@ -352,10 +366,13 @@ int mt__metrics_from_json(mt_metrics *m, const json_t *o)
         else if (json_is_real(v))
             rc = mt__metrics_put(m, key, MT__METRIC_F64, json_real_value(v), 0, NULL, false);
         else if (json_is_string(v)) {
+            /* a double only where the row lists it, and spelled as written: any other
+             * string ("NaN" reported as a string, "nan", "1e5", " 1") stays a string */
             const char *s = json_string_value(v);
-            if (!strcmp(s, "NaN"))
+            bool listed = json_is_true(json_object_get(nonfinite, key));
+            if (listed && !strcmp(s, "NaN"))
                 rc = mt__metrics_put(m, key, MT__METRIC_F64, NAN, 0, NULL, false);
-            else if (!strcmp(s, "Infinity") || !strcmp(s, "-Infinity"))
+            else if (listed && (!strcmp(s, "Infinity") || !strcmp(s, "-Infinity")))
                 rc = mt__metrics_put(m, key, MT__METRIC_F64, s[0] == '-' ? -INFINITY : INFINITY,
                                      0, NULL, false);
             else

@@ -81,13 +81,13 @@ int mt__csv_learn(mt__rundir *r)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/result.json", r->dir);
-    FILE *in = fopen(path, "r");
+    int rc = MT_OK;
+    FILE *in = mt__run_fopen(path, "r", &rc);
     if (!in)
-        return MT_OK;
+        return rc == MT_ENOTFOUND ? MT_OK : rc;
     char *line = NULL;
     size_t cap = 0;
     bool grew = false, oom = false;
-    int rc = MT_OK;
     while (!oom && !rc && getline(&line, &cap, in) > 0) {
         json_t *row = mt__json_parse_line(line, &oom);
         if (row)
@@ -106,14 +106,16 @@ int mt__csv_rewrite(mt__rundir *r)
     char path[4096], tmp[4096];
     snprintf(path, sizeof path, "%s/result.json", r->dir);
     snprintf(tmp, sizeof tmp, "%s/.progress.csv.tmp", r->dir);
-    FILE *in = fopen(path, "r");
+    int rc = MT_OK;
+    FILE *in = mt__run_fopen(path, "r", &rc);
     if (!in)
-        return mt__error(MT_EIO, "cannot read %s: %s", path, strerror(errno));
-    FILE *out = fopen(tmp, "w");
+        return rc == MT_ENOTFOUND ? mt__error(MT_EIO, "cannot read %s: it is gone", path) : rc;
+    if (unlink(tmp) != 0 && errno != ENOENT) /* a leftover (or a link): the name only */
+        rc = mt__error(MT_EIO, "cannot remove %s: %s", tmp, strerror(errno));
+    FILE *out = rc ? NULL : mt__run_fopen(tmp, "x", &rc);
     if (!out) {
-        int e = errno;
         fclose(in);
-        return mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(e));
+        return rc;
     }
     for (int i = 0; i < r->ncsv; i++) {
         if (i)
@@ -147,13 +149,17 @@ int mt__csv_rewrite(mt__rundir *r)
     if (r->csv)
         fclose(r->csv);
     r->csv = NULL;
+    if ((rc = mt__run_check(path)) != MT_OK && rc != MT_ENOTFOUND) {
+        unlink(tmp); /* a link where progress.csv goes: named, left alone */
+        return rc;
+    }
     if (rename(tmp, path) != 0) {
         e = errno;
         unlink(tmp);
         return mt__error(MT_EIO, "cannot replace %s: %s", path, strerror(e));
     }
-    r->csv = fopen(path, "a");
-    return r->csv ? MT_OK : mt__error(MT_EIO, "cannot append to %s: %s", path, strerror(errno));
+    r->csv = mt__run_fopen(path, "a", &rc);
+    return r->csv ? MT_OK : rc;
 }
 
 int mt__csv_append(mt__rundir *r, json_t *row)

@@ -49,6 +49,7 @@ int mt__run_drop(mt__rundir *r, const char *const *names, int n)
         char from[4096], to[4096];
         snprintf(from, sizeof from, "%s/%s", r->dir, names[i]);
         snprintf(to, sizeof to, "%s/.%s.drop", r->dir, names[i]);
+        mt__rmtree(to); /* a leftover of its own name, or a link: the name only */
         if (rename(from, to) != 0 && errno != ENOENT)
             rc = mt__error(MT_EIO, "cannot remove %s: %s", from, strerror(errno));
         else if (!(j->paths[j->n++] = mt__strdup(to)))

@@ -30,6 +30,8 @@ struct mt_result {
     size_t nrows;
     char **columns;         /* every key of any row, in order of first appearance */
     size_t ncolumns, columns_cap;
+    size_t *unreadable;     /* line numbers of result.json's lines that are no row */
+    size_t nunreadable;
 };
 
 json_t *mt__params_json(const mt_trainer_config *cfg, int world_size)
@@ -81,6 +83,7 @@ void mt_result_free(mt_result **rp)
     for (size_t i = 0; i < r->ncolumns; i++)
         free(r->columns[i]);
     free(r->columns);
+    free(r->unreadable);
     free(r);
     *rp = NULL;
 }
@@ -98,15 +101,22 @@ static int add_column(mt_result *r, const char *key)
     return MT_OK;
 }
 
-/* The history: one mt_metrics per row of `rows` (a JSON array of result.json rows). */
-static int build_rows(mt_result *r, const json_t *rows)
+/* The history: one mt_metrics per row of `rows` (a JSON array of result.json rows, and
+ * the line numbers of lines that are none, mt__run_read_rows); those lines are counted,
+ * and said on stderr when `say`. */
+static int build_rows(mt_result *r, const json_t *rows, bool say)
 {
     size_t n = json_array_size(rows);
-    if (n && !(r->rows = calloc(n, sizeof *r->rows)))
+    if (n && (!(r->rows = calloc(n, sizeof *r->rows)) ||
+              !(r->unreadable = calloc(n, sizeof *r->unreadable))))
         return mt__error(MT_ENOMEM, "out of memory building a result");
     int rc = MT_OK;
     for (size_t i = 0; i < n && !rc; i++) {
         const json_t *row = json_array_get(rows, i);
+        if (json_is_integer(row)) {
+            r->unreadable[r->nunreadable++] = (size_t)json_integer_value(row);
+            continue;
+        }
         mt_metrics *m = mt_metrics_new();
         if (!m)
             return mt__error(MT_ENOMEM, "out of memory building a result");
@@ -114,6 +124,19 @@ static int build_rows(mt_result *r, const json_t *rows)
         rc = json_is_object(row) ? mt__metrics_from_json(m, row) : MT_OK;
         for (int k = 0; !rc && k < m->n; k++)
             rc = add_column(r, m->e[k].key);
+    }
+    if (!rc && say && r->nunreadable) {
+        char lines[256] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < r->nunreadable && used < sizeof lines - 24; i++)
+            used += (size_t)snprintf(lines + used, sizeof lines - used, "%s%zu", i ? ", " : "",
+                                     r->unreadable[i]);
+        if (used >= sizeof lines - 24)
+            snprintf(lines + used, sizeof lines - used, ", ...");
+        fprintf(stderr, "mpitrain: warning: %s/result.json: %zu line%s could not be read as a "
+                "row and %s not in the result (line%s %s): damaged, or cut short by a crash\n",
+                r->path ? r->path : "?", r->nunreadable, r->nunreadable == 1 ? "" : "s",
+                r->nunreadable == 1 ? "is" : "are", r->nunreadable == 1 ? "" : "s", lines);
     }
     return rc;
 }
@@ -156,7 +179,7 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
     if ((error && !r->error) || (last_row && !r->metrics)) /* never a result missing them */
         rc = mt__error(MT_ENOMEM, "out of memory building a result");
     if (!rc)
-        rc = build_rows(r, rows);
+        rc = build_rows(r, rows, open_files);
     mt__rundir run = {0};
     if (!rc && run_json)
         rc = mt__run_from_json(&run, run_json, "run.json");
@@ -209,9 +232,14 @@ int mt__result_build(const char *dir, const json_t *run_json, const json_t *last
 }
 
 /* A JSON file in *out: MT_ENOTFOUND when absent, MT_EFORMAT when not JSON (err says
- * where), MT_ENOMEM (recorded) when reading it ran out of memory. */
+ * where), MT_ENOMEM (recorded) when reading it ran out of memory, MT_EIO (recorded) when
+ * a link or anything but a file is in its place. */
 static int load_json(const char *path, json_t **out, json_error_t *err)
 {
+    *out = NULL;
+    int rc = mt__run_check(path); /* a link in a run file's place: named, never read */
+    if (rc != MT_OK && rc != MT_ENOTFOUND)
+        return rc;
     mt__json_watch();
     *out = json_load_file(path, 0, err);
     bool exists = *out || access(path, F_OK) == 0;
@@ -237,20 +265,22 @@ int mt_result_load(const char *dir, mt_result **out)
     json_t *run = NULL, *params = NULL;
     int rc = load_json(path, &run, &err);
     if (rc)
-        return rc == MT_ENOMEM ? rc
+        return rc == MT_ENOMEM || rc == MT_EIO ? rc
                : rc == MT_EFORMAT ? mt__error(MT_EFORMAT, "%s: corrupt (line %d: %s)", path,
                                               err.line, err.text)
                                   : mt__error(MT_ENOTFOUND, "%s is not a run directory (no "
                                                             "run.json)", dir);
     snprintf(path, sizeof path, "%s/params.json", dir);
     rc = load_json(path, &params, &err); /* missing or corrupt: the default ordering */
-    if (rc == MT_ENOMEM) {
+    if (rc == MT_ENOMEM || rc == MT_EIO) {
         json_decref(run);
         return rc;
     }
     rc = MT_OK;
     json_t *rows = mt__run_read_rows(dir, &rc);
-    json_t *row = json_array_size(rows) ? json_array_get(rows, json_array_size(rows) - 1) : NULL;
+    json_t *row = NULL; /* the last row (a line number stands for a line that is none) */
+    for (size_t i = json_array_size(rows); !row && i-- > 0;)
+        row = json_is_object(json_array_get(rows, i)) ? json_array_get(rows, i) : NULL;
     if (rc) {
         json_decref(run);
         json_decref(params);
@@ -258,7 +288,11 @@ int mt_result_load(const char *dir, mt_result **out)
     }
     snprintf(path, sizeof path, "%s/error.txt", dir);
     char error[4096] = "";
-    FILE *f = fopen(path, "r");
+    FILE *f = mt__run_fopen(path, "r", &rc);
+    if (!f && rc != MT_ENOTFOUND) {
+        json_decref(run), json_decref(params), json_decref(rows);
+        return rc;
+    }
     if (f) {
         size_t n = fread(error, 1, sizeof error - 1, f);
         error[n] = '\0';
@@ -357,6 +391,13 @@ int mt_result_best_checkpoint(const mt_result *r, const char *metric, mt_order m
 }
 
 size_t mt_result_num_rows(const mt_result *r) { return r ? r->nrows : 0; }
+
+size_t mt_result_unreadable_rows(const mt_result *r, size_t *lines, size_t max)
+{
+    for (size_t i = 0; r && lines && i < r->nunreadable && i < max; i++)
+        lines[i] = r->unreadable[i];
+    return r ? r->nunreadable : 0;
+}
 size_t mt_result_num_columns(const mt_result *r) { return r ? r->ncolumns : 0; }
 
 const mt_metrics *mt_result_row(const mt_result *r, size_t i)

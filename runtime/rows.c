@@ -124,10 +124,11 @@ json_t *mt__run_read_rows(const char *dir, int *rc)
         *rc = mt__error(MT_ENOMEM, "out of memory reading %s", path);
         return NULL;
     }
-    FILE *in = fopen(path, "r");
+    int e = MT_OK;
+    FILE *in = mt__run_fopen(path, "r", &e);
     if (!in) {
-        if (errno != ENOENT) {
-            *rc = mt__error(MT_EIO, "cannot read %s: %s", path, strerror(errno));
+        if (e != MT_ENOTFOUND) { /* a link in its place too: named, never read */
+            *rc = e;
             json_decref(rows);
             rows = NULL;
         }
@@ -137,14 +138,15 @@ json_t *mt__run_read_rows(const char *dir, int *rc)
     size_t cap = 0;
     ssize_t n;
     bool oom = false;
-    while (!oom && (n = getline(&line, &cap, in)) > 0) {
-        if (line[n - 1] != '\n')
-            break; /* a last line a crash cut short: not a row */
-        json_t *row = mt__json_parse_line(line, &oom);
+    for (json_int_t number = 1; !oom && (n = getline(&line, &cap, in)) > 0; number++) {
+        /* a last line a crash cut short, or a line that is no JSON object: not a row, but
+         * its line number in its place, so that whoever reads the rows says so */
+        json_t *row = line[n - 1] == '\n' ? mt__json_parse_line(line, &oom) : NULL;
         if (row && json_is_object(row)) {
             json_object_del(row, "per_rank");
             oom = json_array_append(rows, row) != 0;
-        }
+        } else if (!oom)
+            oom = json_array_append_new(rows, json_integer(number)) != 0;
         json_decref(row);
     }
     bool bad = ferror(in);
@@ -168,9 +170,9 @@ int mt__run_open_logs(mt__rundir *r)
         return rc;
     char path[4096];
     snprintf(path, sizeof path, "%s/result.json", r->dir);
-    r->result = fopen(path, "a");
+    r->result = mt__run_fopen(path, "a", &rc);
     if (!r->result)
-        return mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
+        return rc;
     return mt__csv_rewrite(r);
 }
 
@@ -216,9 +218,10 @@ int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration)
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/result.json", r->dir);
-    FILE *in = fopen(path, "r");
+    int e = MT_OK;
+    FILE *in = mt__run_fopen(path, "r", &e);
     if (!in)
-        return errno == ENOENT ? MT_OK : mt__error(MT_EIO, "cannot read %s: %s", path, strerror(errno));
+        return e == MT_ENOTFOUND ? MT_OK : e;
     *last_iteration = 0;
     char *line = NULL;
     size_t cap = 0;
@@ -250,14 +253,16 @@ int mt__run_supersede(mt__rundir *r, int64_t iteration)
     snprintf(path, sizeof path, "%s/result.json", r->dir);
     snprintf(tmp, sizeof tmp, "%s/.result.json.tmp", r->dir);
     snprintf(old, sizeof old, "%s/result.superseded.json", r->dir);
-    FILE *in = fopen(path, "r");
+    int rc = MT_OK;
+    FILE *in = mt__run_fopen(path, "r", &rc);
     if (!in)
-        return MT_OK;
-    FILE *keep = fopen(tmp, "w"), *gone = NULL;
+        return rc == MT_ENOTFOUND ? MT_OK : rc;
+    if (unlink(tmp) != 0 && errno != ENOENT) /* a leftover (or a link): the name only */
+        rc = mt__error(MT_EIO, "cannot remove %s: %s", tmp, strerror(errno));
+    FILE *keep = rc ? NULL : mt__run_fopen(tmp, "x", &rc), *gone = NULL;
     char *line = NULL;
     size_t cap = 0;
     int moved = 0;
-    int rc = keep ? MT_OK : mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(errno));
     bool oom = false;
     while (!rc && getline(&line, &cap, in) > 0) {
         json_t *row = mt__json_parse_line(line, &oom);
@@ -271,8 +276,8 @@ int mt__run_supersede(mt__rundir *r, int64_t iteration)
             fputs(line, keep);
             continue;
         }
-        if (!gone && !(gone = fopen(old, "a")))
-            rc = mt__error(MT_EIO, "cannot write %s: %s", old, strerror(errno));
+        if (!gone && !(gone = mt__run_fopen(old, "a", &rc)))
+            break;
         else {
             fputs(line, gone);
             moved++;
@@ -288,6 +293,8 @@ int mt__run_supersede(mt__rundir *r, int64_t iteration)
         rc = mt__error(MT_EIO, "cannot write %s: %s", tmp, strerror(errno));
     if (keep)
         fclose(keep);
+    if (!rc && (rc = mt__run_check(path)) == MT_ENOTFOUND)
+        rc = MT_OK;
     if (!rc && rename(tmp, path) != 0)
         rc = mt__error(MT_EIO, "cannot replace %s: %s", path, strerror(errno));
     if (rc) { /* result.json stays as it was */

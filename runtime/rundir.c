@@ -51,9 +51,14 @@ int mt__run_lock(const char *dir, int *fd_out)
     char path[4096];
     snprintf(path, sizeof path, "%s/run.lock", dir);
     *fd_out = -1;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* the lock file is the library's own (an earlier job's) or created new here: never a
+     * link followed, never another file's second name truncated */
+    int fd = mt__run_open(path, O_RDWR, 0);
+    if (fd == MT_ENOTFOUND && (fd = mt__run_open(path, O_RDWR | O_CREAT, 0644)) < 0 &&
+        mt__run_check(path) == MT_OK) /* another job created it between the two */
+        fd = mt__run_open(path, O_RDWR, 0);
     if (fd < 0)
-        return mt__error(MT_EIO, "cannot open %s: %s", path, strerror(errno));
+        return fd;
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {

@@ -6,9 +6,11 @@
  */
 #include "runtime.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 void mt__run_free(mt__rundir *r)
@@ -38,11 +40,33 @@ json_t *mt__run_to_json(const mt__rundir *r)
             return NULL;
         }
     }
-    return json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:o, s:s?}", "status", r->status,
+    return json_pack("{s:s?, s:s, s:i, s:i, s:I, s:I, s:f, s:o, s:s?}", "run_id",
+                     r->run_id[0] ? r->run_id : NULL, "status", r->status,
                      "attempts", r->attempts, "failures", r->failures, "next_checkpoint_index",
                      (json_int_t)r->next_index, "training_iteration", (json_int_t)r->iteration,
                      "time_total_s", r->time_total, "checkpoints", kept, "latest",
                      r->latest >= 0 ? r->kept[r->latest].name : NULL);
+}
+
+void mt__run_new_id(mt__rundir *r)
+{
+    unsigned char b[16] = {0};
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, b, sizeof b) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (got != (ssize_t)sizeof b) { /* no urandom: the clock, the process, the folder */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^
+                     (uint64_t)getpid() << 40 ^ (r->dir ? mt__crc32(0, r->dir, strlen(r->dir)) : 0);
+        for (int i = 0; i < 16; i++) {
+            x = x * 6364136223846793005u + 1442695040888963407u;
+            b[i] = (unsigned char)(x >> 56);
+        }
+    }
+    for (int i = 0; i < 16; i++)
+        snprintf(r->run_id + 2 * i, 3, "%02x", b[i]);
 }
 
 
@@ -75,14 +99,15 @@ static bool stored_name_ok(const char *name)
 
 int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where)
 {
-    const char *status = NULL, *latest = NULL;
+    const char *status = NULL, *latest = NULL, *id = NULL;
     json_t *kept = NULL, *latest_j = NULL;
     json_int_t next = 0, iter = 0;
     double total = 0;
     json_error_t err;
     mt__json_watch();
-    if (json_unpack_ex((json_t *)j, &err, 0, "{s:s, s:i, s:i, s:I, s:I, s:F, s:o, s?o}",
-                       "status", &status, "attempts", &r->attempts, "failures", &r->failures,
+    if (json_unpack_ex((json_t *)j, &err, 0, "{s?s, s:s, s:i, s:i, s:I, s:I, s:F, s:o, s?o}",
+                       "run_id", &id, "status", &status, "attempts", &r->attempts,
+                       "failures", &r->failures,
                        "next_checkpoint_index", &next, "training_iteration", &iter,
                        "time_total_s", &total, "checkpoints", &kept, "latest", &latest_j) != 0 ||
         !json_is_array(kept) || mt__json_oom(NULL))
@@ -102,6 +127,12 @@ int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where)
     if (latest_j && !json_is_null(latest_j) && (!latest || !stored_name_ok(latest)))
         return mt__error(MT_EFORMAT, "%s: corrupt run state: \"latest\" is not a checkpoint "
                                      "folder name", where);
+    /* an older run.json has no identity (its checkpoints neither): "" until it gets one */
+    size_t idlen = id ? strspn(id, "0123456789abcdef") : 0;
+    if (id && (idlen != 32 || id[idlen]))
+        return mt__error(MT_EFORMAT, "%s: corrupt run state: run_id \"%.40s\" is not 32 hex "
+                         "digits", where, id);
+    snprintf(r->run_id, sizeof r->run_id, "%s", id ? id : "");
     snprintf(r->status, sizeof r->status, "%s", status);
     r->next_index = next;
     r->iteration = iter;
@@ -146,6 +177,9 @@ int mt__run_load(mt__rundir *r, const char *dir)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
+    int rc = mt__run_check(path); /* a link in its place is named, never read */
+    if (rc != MT_OK && rc != MT_ENOTFOUND)
+        return rc;
     json_error_t err;
     mt__json_watch();
     json_t *j = json_load_file(path, 0, &err);
@@ -157,7 +191,7 @@ int mt__run_load(mt__rundir *r, const char *dir)
         return access(path, F_OK) == 0
                    ? mt__error(MT_EFORMAT, "%s: corrupt (line %d: %s)", path, err.line, err.text)
                    : mt__error(MT_ENOTFOUND, "%s: no such file (not a run directory?)", path);
-    int rc = mt__run_from_json(r, j, path);
+    rc = mt__run_from_json(r, j, path);
     json_decref(j);
     if (!rc && !(r->dir = mt__strdup(dir)))
         rc = MT_ENOMEM;

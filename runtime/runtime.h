@@ -62,6 +62,7 @@ typedef struct {
 } mt__kept;
 typedef struct {
     char *dir;
+    char run_id[33];         /* 32 hex digits, made with the run; "" in an older run.json */
     char status[16];         /* running, finished, failed, preempted */
     int attempts, failures;
     int64_t next_index, iteration;
@@ -95,15 +96,21 @@ json_t *mt__run_to_json(const mt__rundir *r);
 int mt__run_from_json(mt__rundir *r, const json_t *j, const char *where);
 int mt__run_load(mt__rundir *r, const char *dir);
 int mt__run_save(const mt__rundir *r);
+/* A new run's identity (random, 32 hex digits) in r->run_id: every checkpoint of the run
+ * carries it (metadata mt.run), so a checkpoint of another run put in its folder is told
+ * apart at restore. */
+void mt__run_new_id(mt__rundir *r);
 
 /* result.json (rows.c): open (and learn progress.csv's header), close, append a row (then
  * its progress.csv row). */
 int mt__run_open_logs(mt__rundir *r);
 void mt__run_close_logs(mt__rundir *r);
 int mt__run_append(mt__rundir *r, json_t *row);
-/* dir/result.json's rows as a JSON array, in order, without per_rank; lines that are not
- * JSON and a torn last line (no newline) are passed over. An empty array when there is no
- * result.json; NULL with *rc set (MT_ENOMEM, MT_EIO) when it cannot be read whole. */
+/* dir/result.json's rows as a JSON array, in order, without per_rank; a line that is not
+ * a JSON object and a torn last line (no newline) are each its line number (a JSON
+ * integer, from 1) in its place: not a row, never passed over in silence (the result
+ * counts them). An empty array when there is no result.json; NULL with *rc set
+ * (MT_ENOMEM, MT_EIO: a link in its place too) when it cannot be read whole. */
 json_t *mt__run_read_rows(const char *dir, int *rc);
 int mt__run_supersede(mt__rundir *r, int64_t iteration);
 /* On resume, before anything reads or appends to them: cut a torn last line (no newline)
@@ -165,8 +172,18 @@ json_t *mt__params_json(const mt_trainer_config *cfg, int world_size);
 int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *ck, mt__rundir *run,
                           const mt_metrics *metrics, int64_t iteration, char *name, size_t len,
                           bool *agreed);
+/* What every commit stamps into a checkpoint (metadata; the library's, whatever the
+ * checkpoint's own holds under these keys): the run's identity, the checkpoint's folder
+ * name and its training_iteration. Restore compares them with run.json's entry; a
+ * checkpoint without them (written before they existed) is checked by its checksums only. */
+#define MT__META_RUN "mt.run"
+#define MT__META_NAME "mt.checkpoint"
+#define MT__META_ITERATION "mt.iteration"
 /* Rank 0: the newest kept checkpoint that opens and passes its checksums (warning about,
- * and forgetting, any that do not; the folders stay), and whose report row is in
+ * and forgetting, any that do not; the folders stay), that belongs where run.json has it
+ * (its mt.run, mt.checkpoint and mt.iteration, and a trainable's mt.training_iteration,
+ * where present, are this run's, this folder's and this entry's: a checkpoint copied over
+ * another, or from another run, is skipped like a damaged one), and whose report row is in
  * result.json (training_iteration <= max_iteration: a crash between the commit and the
  * row leaves a checkpoint ahead of the log); its position in run->kept in *picked, or -1.
  * MT_ENOMEM (nothing forgotten) when it cannot tell. */

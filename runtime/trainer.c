@@ -10,6 +10,7 @@
 #include "runtime.h"
 #include "../collectives/watchdog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -268,8 +269,11 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
         run->latest = -1;
         if (!(run->dir = mt__strdup(ctx->run_dir)))
             return MT_ENOMEM;
+        mt__run_new_id(run);
     } else if (!strcmp(run->status, "running")) /* the last attempt died without a word */
         run->failures++;
+    if (!run->run_id[0]) /* a run from before identities: its next checkpoints get one */
+        mt__run_new_id(run);
     mt__run_remove_leftovers(run); /* this job owns the folder now (run.lock) */
     json_t *params = mt__params_json(&t->cfg, ctx->world_size);
     if (json_object_set_new(json_object_get(params, "run"), "name", json_string(ctx->name))) {
@@ -289,11 +293,15 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
 }
 
 /* Rank 0: run.json in dir says the run finished (1) or not (0: read errors are
- * prepare_run's); MT_ENOMEM (recorded) when reading it ran out of memory. */
+ * prepare_run's); MT_ENOMEM (recorded) when reading it ran out of memory, MT_EIO
+ * (recorded) when something else than a file is in its place (a link). */
 static int finished(const char *dir)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
+    int there = mt__run_check(path); /* a link in its place: named on every rank */
+    if (there != MT_OK)
+        return there == MT_ENOTFOUND ? 0 : there;
     json_error_t err;
     mt__json_watch();
     json_t *run = json_load_file(path, 0, &err);
@@ -305,9 +313,73 @@ static int finished(const char *dir)
     return done;
 }
 
+/* Rank 0: the first entry of dir that is not run.lock (a run, or anything else), in
+ * name (size n); false when there is none or dir does not exist. */
+static bool holds_something(const char *dir, char *name, size_t n)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    bool found = false;
+    while (d && !found && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "run.lock")) {
+            snprintf(name, n, "%s", e->d_name);
+            found = true;
+        }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* Rank 0: run.refuse_existing's refusal (MT_EINVAL recorded) when dir holds something. */
+static int refuse_existing(const mt_context *ctx)
+{
+    char what[256];
+    if (!ctx->cfg->run.refuse_existing || !holds_something(ctx->run_dir, what, sizeof what))
+        return MT_OK;
+    return mt__error(MT_EINVAL, "run '%s' exists already (%s holds %s): this program never "
+                     "changes an existing run, which stays as it was; give another --name "
+                     "(or MT_NAME)", ctx->name, ctx->run_dir, what);
+}
+
+/* Whether path (resolved, links followed) is dir or inside it. */
+static bool inside_dir(const char *path, const char *dir)
+{
+    char *p = path ? realpath(path, NULL) : NULL, *d = realpath(dir, NULL);
+    size_t n = d ? strlen(d) : 0;
+    bool in = p && d && !strncmp(p, d, n) && (p[n] == '/' || !p[n]);
+    free(p), free(d);
+    return in;
+}
+
+/* Rank 0: run.overwrite never deletes what the same job still needs: a
+ * run.resume_from_checkpoint or a dataset file inside the run directory it would clear is
+ * MT_EINVAL (recorded), before anything is deleted. */
+static int overwrite_keeps_inputs(const mt_context *ctx)
+{
+    const mt_run_config *run = &ctx->cfg->run;
+    if (!run->overwrite)
+        return MT_OK;
+    if (inside_dir(run->resume_from_checkpoint, ctx->run_dir))
+        return mt__error(MT_EINVAL, "run.resume_from_checkpoint %s is inside %s, the run that "
+                         "run.overwrite (--overwrite) would clear: the checkpoint would be "
+                         "deleted before the run starts from it; copy it out of the run "
+                         "first, or give another --name", run->resume_from_checkpoint,
+                         ctx->run_dir);
+    for (int i = 0; i < ctx->nspecs; i++)
+        if (inside_dir(ctx->specs[i].file, ctx->run_dir))
+            return mt__error(MT_EINVAL, "dataset %s's file %s is inside %s, the run that "
+                             "run.overwrite (--overwrite) would clear: it would be deleted "
+                             "before the run reads it; move it out of the run first, or give "
+                             "another --name", ctx->specs[i].name, ctx->specs[i].file,
+                             ctx->run_dir);
+    return MT_OK;
+}
+
 /* Rank 0 takes the run directory's lock (creating the folder first), and refuses a
- * finished run unless run.overwrite; a refusal is every rank's own error with rank 0's
- * text: the job is refused, no rank failed. When the folder cannot be created,
+ * finished run unless run.overwrite, any run that exists with run.refuse_existing, and
+ * run.overwrite with a checkpoint to start from or a dataset inside the run; a refusal is every
+ * rank's own error with rank 0's text: the job is refused, no rank failed. Nothing is
+ * created in a refused folder that was not there. When the folder cannot be created,
  * prepare_run says so. Collective. */
 static int lock_run(mt_context *ctx, int *lock_fd)
 {
@@ -316,12 +388,17 @@ static int lock_run(mt_context *ctx, int *lock_fd)
         char msg[MT__MSG_LEN];
     } r = {0, ""};
     int done = 0;
-    if (ctx->world_rank == 0 && mt__mkdirs(ctx->run_dir) == MT_OK &&
-        (r.code = mt__run_lock(ctx->run_dir, lock_fd)) != MT_OK)
+    if (ctx->world_rank == 0 && ((r.code = refuse_existing(ctx)) != MT_OK ||
+                                 (r.code = overwrite_keeps_inputs(ctx)) != MT_OK))
         snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
-    else if (ctx->world_rank == 0 && !ctx->cfg->run.overwrite &&
+    else if (ctx->world_rank == 0 && mt__mkdirs(ctx->run_dir) == MT_OK &&
+             ((r.code = mt__run_lock(ctx->run_dir, lock_fd)) != MT_OK ||
+              (r.code = refuse_existing(ctx)) != MT_OK)) { /* again, now that it is ours */
+        snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
+        mt__run_unlock(lock_fd);
+    } else if (ctx->world_rank == 0 && !ctx->cfg->run.overwrite &&
              (done = finished(ctx->run_dir)) != 0) {
-        if (done < 0) { /* out of memory: rank 0's error, on every rank */
+        if (done < 0) { /* out of memory, a link: rank 0's error, on every rank */
             r.code = done;
             snprintf(r.msg, sizeof r.msg, "%s", mt_last_error());
         } else { /* not a failure of rank 0: every rank says what to do instead */
@@ -617,7 +694,9 @@ static int fit_setup(const mt_trainer *t, fit_state *f)
     }
     f->started = !rc;
     if (f->started) {
-        mt__trace_start(t->cfg.run.trace, ctx->run_dir, ctx->world_rank);
+        /* a link where this rank's trace goes fails the run on every rank (recorded as
+         * failed: the attempt was begun) */
+        rc = agreed(ctx, mt__trace_start(t->cfg.run.trace, ctx->run_dir, ctx->world_rank));
         mt__signals_install();
     }
     return rc;
@@ -707,7 +786,8 @@ static int fit(mt_trainer *t, mt_result **out)
         return rc;
     mt_context *ctx = f.ctx;
     const char *final = "failed";
-    for (int failures = 0; f.started;) {
+    bool set_up = f.started && !rc; /* started, but its trace refused: no attempt runs */
+    for (int failures = 0; set_up;) {
         rc = run_attempt(t, &f);
         if (!rc && !ctx->stopped_after_ckpt) {
             final = "finished";

@@ -310,6 +310,20 @@ static void test_run_json_outside_names(void)
         if (mt_test_rank() == 0)
             CU_ASSERT(access(keep, R_OK) == 0);
     }
+    /* a run_id that is not the 32 hex digits a run is given: corrupt, named */
+    if (mt_test_rank() == 0) {
+        FILE *f = fopen(file, "w");
+        fprintf(f, "{\"run_id\": \"../victim\", \"status\": \"running\", \"attempts\": 1, "
+                   "\"failures\": 0, \"next_checkpoint_index\": 0, \"training_iteration\": 0, "
+                   "\"time_total_s\": 1.0, \"checkpoints\": []}");
+        fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    char err[1024];
+    MT_ASSERT_INT_EQ(mt_test_fit_datasets(mt_test_config("hostile"), report_once, NULL, NULL, 0,
+                                          err, sizeof err), MT_EFORMAT);
+    MT_ASSERT_STR_CONTAINS(err, "hostile/run.json: corrupt run state: run_id \"../victim\" is "
+                                "not 32 hex digits");
 }
 
 
@@ -518,6 +532,180 @@ static void test_misuse_after_and_inside_fit(void)
     CU_ASSERT_PTR_NULL(a.self);
 }
 
+/* ------------------------------------------------------------ checkpoints where they belong */
+
+/* Reports iterations up to 4, a checkpoint each holding v = its iteration; the first fit
+ * fails after iteration 3 (checkpoints 0..2 for iterations 1..3). A resumed one records
+ * what it was given back. */
+typedef struct { int64_t start; int restored_v; bool fail; } swap_arg;
+
+static int counted(mt_context *c, void *varg)
+{
+    swap_arg *a = varg;
+    const mt_checkpoint *ck = mt_get_checkpoint(c);
+    a->start = mt_training_iteration(c);
+    a->restored_v = -1;
+    int v = -1, rc = ck ? mt_checkpoint_get(ck, "v", MT_I32, &v, 1) : MT_OK;
+    a->restored_v = v;
+    for (int64_t it = a->start + 1; it <= 4 && !rc; it++) {
+        mt_checkpoint *out = mt_checkpoint_new();
+        int w = (int)it;
+        mt_checkpoint_put(out, "v", MT_I32, 1, (size_t[]){1}, &w, MT_REPLICATED);
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_i64(m, "v", w);
+        rc = mt_report(c, m, out);
+        mt_metrics_free(&m);
+        mt_checkpoint_free(&out);
+        if (!rc && a->fail && it == 3)
+            rc = mt__error(MT_EIO, "fail after iteration 3");
+    }
+    return rc;
+}
+
+static void ck_file(char *out, size_t n, const char *run, int index)
+{
+    snprintf(out, n, "%s/%s/checkpoint_%06d/checkpoint.h5", mt_test_storage(), run, index);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *o = in ? fopen(to, "wb") : NULL;
+    char buf[8192];
+    size_t n;
+    while (o && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        CU_ASSERT(fwrite(buf, 1, n, o) == n);
+    CU_ASSERT(in && o);
+    if (o)
+        fclose(o);
+    if (in)
+        fclose(in);
+}
+
+/* A failed run "name" with checkpoints for iterations 1..3; damage() on rank 0; then the
+ * rerun: where it started and what it was given back. */
+static void rerun_after(const char *name, void (*damage)(const char *name), swap_arg *a)
+{
+    mt_trainer_config cfg = {.run = {.storage_path = mt_test_storage(), .name = name,
+                                     .verbose = MT_VERBOSE_SILENT}};
+    *a = (swap_arg){.fail = true};
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, counted, a, NULL), MT_EIO);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_test_rank() == 0)
+        damage(name);
+    MPI_Barrier(MPI_COMM_WORLD);
+    *a = (swap_arg){.fail = false};
+    mt_result *r = NULL;
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, counted, a, &r), MT_OK);
+    /* every iteration once in the history, whichever checkpoint it went on from */
+    MT_ASSERT_INT_EQ((int)mt_result_num_rows(r), 4);
+    for (size_t i = 0; i < mt_result_num_rows(r); i++) {
+        int64_t it = 0;
+        MT_ASSERT_INT_EQ(mt_metrics_get_i64(mt_result_row(r, i), "training_iteration", &it),
+                         MT_OK);
+        MT_ASSERT_INT_EQ((int)it, (int)i + 1);
+    }
+    mt_result_free(&r);
+}
+
+static void swap_latest(const char *name)
+{
+    char from[600], to[600]; /* the latest folder now holds the first one's file */
+    ck_file(from, sizeof from, name, 0);
+    ck_file(to, sizeof to, name, 2);
+    copy_file(from, to);
+}
+
+static void other_runs(const char *name)
+{
+    char from[600], to[600]; /* another run's checkpoint_000002: same name, same iteration */
+    ck_file(from, sizeof from, "belong_other", 2);
+    ck_file(to, sizeof to, name, 2);
+    copy_file(from, to);
+}
+
+static void linked_latest(const char *name)
+{
+    char dir[600], target[600]; /* the latest folder a link to another run's */
+    snprintf(dir, sizeof dir, "%s/%s/checkpoint_000002", mt_test_storage(), name);
+    snprintf(target, sizeof target, "%s/belong_other/checkpoint_000002", mt_test_storage());
+    CU_ASSERT(mt__rmtree(dir) == MT_OK && symlink(target, dir) == 0);
+}
+
+/* Checkpoints as written before the three keys (the commits' test-only site
+ * commit-unstamped): nothing in them says where they belong. */
+static void legacy_none(const char *name)
+{
+    char h5[600];
+    ck_file(h5, sizeof h5, name, 2);
+    mt_checkpoint *ck = NULL;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s/checkpoint_000002", mt_test_storage(), name);
+    MT_ASSERT_INT_EQ(mt_checkpoint_open(dir, &ck), MT_OK);
+    CU_ASSERT_PTR_NULL(mt_checkpoint_get_meta(ck, "mt.run"));
+    mt_checkpoint_free(&ck);
+    /* and a run.json from before run identities */
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s/run.json", mt_test_storage(), name);
+    json_t *j = json_load_file(path, 0, NULL);
+    CU_ASSERT(j && json_object_del(j, "run_id") == 0 && json_dump_file(j, path, 0) == 0);
+    json_decref(j);
+}
+
+static void test_checkpoints_where_they_belong(void)
+{
+    swap_arg a;
+    /* a file copied over the latest: skipped, the next older one (iteration 2) restored */
+    rerun_after("belong_swap", swap_latest, &a);
+    MT_ASSERT_INT_EQ((int)a.start, 2);
+    MT_ASSERT_INT_EQ(a.restored_v, 2);
+    /* another run's checkpoint of the same name and iteration: skipped too */
+    mt_trainer_config other = {.run = {.storage_path = mt_test_storage(), .name = "belong_other",
+                                       .verbose = MT_VERBOSE_SILENT}};
+    swap_arg o = {.fail = false};
+    MT_ASSERT_INT_EQ(mt_test_fit(other, counted, &o, NULL), MT_OK);
+    rerun_after("belong_foreign", other_runs, &a);
+    MT_ASSERT_INT_EQ((int)a.start, 2);
+    MT_ASSERT_INT_EQ(a.restored_v, 2);
+    /* the latest folder a link to another run's: not followed, the next older one */
+    rerun_after("belong_link", linked_latest, &a);
+    MT_ASSERT_INT_EQ((int)a.start, 2);
+    MT_ASSERT_INT_EQ(a.restored_v, 2);
+    /* checkpoints without the keys (older ones): restored by their checksums, the latest */
+    setenv("MT_TEST_FAIL_AT", "commit-unstamped:0", 1);
+    rerun_after("belong_legacy", legacy_none, &a);
+    unsetenv("MT_TEST_FAIL_AT");
+    MT_ASSERT_INT_EQ((int)a.start, 3);
+    MT_ASSERT_INT_EQ(a.restored_v, 3);
+}
+
+/* --overwrite never deletes what the same fit still needs: a dataset file or the
+ * checkpoint to start from inside the run it would clear is refused, nothing deleted. */
+static void test_overwrite_keeps_inputs(void)
+{
+    mt_trainer_config cfg = mt_test_config("ovw_inputs");
+    swap_arg a = {.fail = false};
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, counted, &a, NULL), MT_OK);
+    char data[600], ck[600];
+    snprintf(data, sizeof data, "%s/ovw_inputs/data.h5", mt_test_storage());
+    snprintf(ck, sizeof ck, "%s/ovw_inputs/checkpoint_000003", mt_test_storage());
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_test_rank() == 0)
+        copy_file(mt_test_path("small.h5"), data);
+    MPI_Barrier(MPI_COMM_WORLD);
+    cfg.run.overwrite = true;
+    mt_test_dataset d = {"d", data, "/g"};
+    char err[1024] = "";
+    MT_ASSERT_INT_EQ(mt_test_fit_datasets(cfg, counted, &a, &d, 1, err, sizeof err), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(err, "dataset d's file");
+    MT_ASSERT_STR_CONTAINS(err, "would clear");
+    cfg.run.resume_from_checkpoint = ck;
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, counted, &a, NULL), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "run.resume_from_checkpoint");
+    struct stat st;
+    CU_ASSERT(stat(data, &st) == 0 && stat(ck, &st) == 0); /* nothing deleted */
+    CU_ASSERT(stat(mt_test_run_file("ovw_inputs", "run.json"), &st) == 0);
+}
+
 static const mt_test tests[] = {
     {"huge_batch_sizes", test_huge_batch_sizes},
     {"plan_memory_is_bounded", test_plan_memory_is_bounded},
@@ -525,6 +713,8 @@ static const mt_test tests[] = {
     {"long_column_names", test_long_column_names},
     {"run_json_outside_names", test_run_json_outside_names},
     {"resume_from_deep_checkpoint", test_resume_from_deep_checkpoint},
+    {"checkpoints_where_they_belong", test_checkpoints_where_they_belong},
+    {"overwrite_keeps_inputs", test_overwrite_keeps_inputs},
     {"bad_env_on_one_rank", test_bad_env_on_one_rank},
     {"misuse_after_and_inside_fit", test_misuse_after_and_inside_fit},
     {NULL, NULL},

@@ -112,12 +112,19 @@ static void test_history_from_fit_and_load(void)
                      * hand-edited key no metric can have is passed over */
         FILE *f = fopen(mt_test_run_file("history", "result.json"), "a");
         if (f) {
+            fputs("not a row\n", f); /* line 5: damaged, counted and named */
             fputs("{\"loss\":7,\"a\\nb\":1,\"training_iteration\":5}\n", f);
-            fputs("{\"loss\":9,\"training_iteration\":6", f);
+            fputs("{\"loss\":9,\"training_iteration\":6", f); /* line 7, cut short */
             fclose(f);
         }
         MT_ASSERT_INT_EQ(mt_result_load(run_dir("history"), &res), MT_OK);
         MT_ASSERT_INT_EQ(mt_result_num_rows(res), 5);
+        size_t lines[4] = {0};
+        MT_ASSERT_INT_EQ((int)mt_result_unreadable_rows(res, lines, 4), 2);
+        MT_ASSERT_INT_EQ((int)lines[0], 5);
+        MT_ASSERT_INT_EQ((int)lines[1], 7);
+        MT_ASSERT_INT_EQ((int)mt_result_unreadable_rows(res, NULL, 0), 2);
+        MT_ASSERT_INT_EQ((int)mt_result_unreadable_rows(NULL, lines, 4), 0);
         const mt_metrics *row = mt_result_row(res, 4);
         double loss = 0;
         MT_ASSERT_INT_EQ(mt_metrics_get_f64(row, "loss", &loss), MT_OK);
@@ -142,6 +149,11 @@ static int four_checkpoints(mt_context *c, void *arg)
         mt_metrics_set_f64(m, "loss", LOSS[i]);
         mt_metrics_set_str(m, "tag", "text");
         mt_metrics_set_f64(m, "odd", i == 3 ? NAN : (double)i); /* NaN is passed over */
+        /* strings that spell numbers stay strings: never the best by "mixed" */
+        if (i < 2)
+            mt_metrics_set_str(m, "mixed", i == 0 ? "Infinity" : "NaN");
+        else
+            mt_metrics_set_f64(m, "mixed", (double)i);
         mt_checkpoint *ck = mt_checkpoint_new();
         w[0] = (float)i;
         mt_checkpoint_put(ck, "w", MT_F32, 1, (size_t[]){4}, w, MT_REPLICATED);
@@ -181,7 +193,10 @@ static void check_best(const mt_result *r, bool all_kept)
         best_is(r, "acc", MT_ORDER_MIN, 0);
         best_is(r, "loss", MT_ORDER_MAX, 0);
         best_is(r, "odd", MT_ORDER_MAX, 2); /* NaN at 3 passed over */
+        best_is(r, "mixed", MT_ORDER_MAX, 3); /* the string "Infinity" at 0 is no number */
+        best_is(r, "mixed", MT_ORDER_MIN, 2);
     } else { /* kept: 1 (the best loss) and 3 (the latest) */
+        best_is(r, "mixed", MT_ORDER_MIN, 3); /* the string "NaN" at 1 is no number */
         best_is(r, "acc", MT_ORDER_MIN, 3);
         best_is(r, "loss", MT_ORDER_MAX, 3); /* 0 (loss 4) was dropped */
         best_is(r, "odd", MT_ORDER_MAX, 1);
@@ -393,9 +408,17 @@ static void test_open_by_path(void)
         float w[3] = {0};
         MT_ASSERT_INT_EQ(mt_checkpoint_get(ck, "w", MT_F32, w, 3), MT_OK); /* converted */
         CU_ASSERT_DOUBLE_EQUAL(w[2], 2.5, 0);
-        MT_ASSERT_INT_EQ(mt_checkpoint_num_meta(ck), 2);
+        /* the checkpoint's own, then where the commit says it belongs */
+        MT_ASSERT_INT_EQ(mt_checkpoint_num_meta(ck), 5);
         MT_ASSERT_STR_EQ(mt_checkpoint_meta_key(ck, 0), "epoch");
         MT_ASSERT_STR_EQ(mt_checkpoint_meta_key(ck, 1), "kind");
+        MT_ASSERT_STR_EQ(mt_checkpoint_meta_key(ck, 2), "mt.checkpoint"); /* in name order */
+        CU_ASSERT(mt_checkpoint_get_meta(ck, "mt.run") &&
+                  strlen(mt_checkpoint_get_meta(ck, "mt.run")) == 32);
+        MT_ASSERT_STR_CONTAINS(mt_checkpoint_path(ck), mt_checkpoint_get_meta(ck, "mt.checkpoint"));
+        int64_t at = 0;
+        MT_ASSERT_INT_EQ(mt_checkpoint_get_meta_i64(ck, "mt.iteration", &at), MT_OK);
+        CU_ASSERT(at >= 1);
         MT_ASSERT_STR_EQ(mt_checkpoint_get_meta(ck, "kind"), "demo");
         int64_t epoch = 0;
         MT_ASSERT_INT_EQ(mt_checkpoint_get_meta_i64(ck, "epoch", &epoch), MT_OK);

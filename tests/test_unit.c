@@ -560,6 +560,89 @@ static void test_retention_vectors(void)
     MT_ASSERT_STR_EQ(got, "1,4");
 }
 
+/* Metric types survive the JSON round trip (result.json rows, run.json's kept metrics):
+ * a string stays a string whatever it spells, a NaN or infinite double stays a double;
+ * a string that spells a number never ranks as one (retention and best checkpoint). */
+static void test_metric_types_round_trip(void)
+{
+    static const char *const spelled[] = {"NaN", "nan", "Infinity", "-Infinity", "-inf",
+                                          "inf", "1e5", "0x10", " 1", "1", "-0", NULL};
+    mt_metrics *m = mt_metrics_new();
+    char key[32];
+    for (int i = 0; spelled[i]; i++) {
+        snprintf(key, sizeof key, "s%d", i);
+        MT_ASSERT_INT_EQ(mt_metrics_set_str(m, key, spelled[i]), MT_OK);
+    }
+    mt_metrics_set_f64(m, "nan", NAN);
+    mt_metrics_set_f64(m, "inf", INFINITY);
+    mt_metrics_set_f64(m, "ninf", -INFINITY);
+    mt_metrics_set_f64(m, "one", 1.0);
+    mt_metrics_set_i64(m, "int", 16);
+    json_t *j = mt__metrics_to_json(m);
+    /* the file says which strings are doubles: only those three */
+    json_t *listed = json_object_get(j, "nonfinite_metrics");
+    MT_ASSERT_INT_EQ((int)json_object_size(listed), 3);
+    MT_ASSERT_STR_EQ(json_string_value(json_object_get(j, "nan")), "NaN");
+    /* through the text, as a file holds it */
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    j = json_loads(text, 0, NULL);
+    free(text);
+    mt_metrics *back = mt_metrics_new();
+    MT_ASSERT_INT_EQ(mt__metrics_from_json(back, j), MT_OK);
+    json_decref(j);
+    double d = 0;
+    for (int i = 0; spelled[i]; i++) {
+        snprintf(key, sizeof key, "s%d", i);
+        MT_ASSERT_STR_EQ(mt_metrics_get_str(back, key), spelled[i]);
+        MT_ASSERT_INT_EQ(mt_metrics_get_f64(back, key, &d), MT_ENOTFOUND);
+    }
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(back, "nan", &d), MT_OK);
+    CU_ASSERT(isnan(d));
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(back, "inf", &d), MT_OK);
+    CU_ASSERT(isinf(d) && d > 0);
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(back, "ninf", &d), MT_OK);
+    CU_ASSERT(isinf(d) && d < 0);
+    int64_t i64 = 0;
+    MT_ASSERT_INT_EQ(mt_metrics_get_i64(back, "int", &i64), MT_OK);
+    MT_ASSERT_INT_EQ((int)i64, 16);
+    CU_ASSERT_PTR_NULL(mt_metrics_get_str(back, "nonfinite_metrics")); /* not a metric */
+    MT_ASSERT_INT_EQ(mt_metrics_get_f64(back, "nonfinite_metrics", &d), MT_ENOTFOUND);
+    /* an older file's bare "NaN" string (no list): a string, never a number that ranks */
+    j = json_pack("{s:s, s:f}", "acc", "Infinity", "loss", 0.5);
+    mt_metrics *old = mt_metrics_new();
+    MT_ASSERT_INT_EQ(mt__metrics_from_json(old, j), MT_OK);
+    json_decref(j);
+    MT_ASSERT_STR_EQ(mt_metrics_get_str(old, "acc"), "Infinity");
+    /* a user's key cannot be the list's */
+    MT_ASSERT_INT_EQ(mt_metrics_set_f64(m, "nonfinite_metrics", 1), MT_EINVAL);
+    /* ranking after the round trip: the string "Infinity" never beats 0.9 */
+    mt__kept kept[2] = {{.name = "checkpoint_000000", .index = 0},
+                        {.name = "checkpoint_000001", .index = 1}};
+    kept[0].metrics = mt_metrics_new();
+    kept[1].metrics = mt_metrics_new();
+    mt_metrics_set_f64(kept[0].metrics, "acc", 0.9);
+    mt_metrics_set_str(kept[1].metrics, "acc", "Infinity");
+    for (int k = 0; k < 2; k++) {
+        json_t *kj = mt__metrics_to_json(kept[k].metrics);
+        mt__metrics_clear(kept[k].metrics);
+        MT_ASSERT_INT_EQ(mt__metrics_from_json(kept[k].metrics, kj), MT_OK);
+        json_decref(kj);
+    }
+    int order[2] = {-1, -1};
+    mt_checkpoint_config cfg = {.num_to_keep = 1, .score_attribute = "acc"};
+    MT_ASSERT_INT_EQ(mt__rank_kept(kept, 2, &cfg, order), MT_OK);
+    MT_ASSERT_INT_EQ(order[0], 0);
+    bool drop[2];
+    MT_ASSERT_INT_EQ(mt__retention(kept, 2, 1, &cfg, drop), MT_OK);
+    CU_ASSERT(!drop[0] && !drop[1]); /* the best (0.9) and the latest both stay */
+    for (int k = 0; k < 2; k++)
+        mt_metrics_free(&kept[k].metrics);
+    mt_metrics_free(&old);
+    mt_metrics_free(&back);
+    mt_metrics_free(&m);
+}
+
 /* mt__fmt_double: every text reads back to the same double (strtod), has a '.' or an
  * exponent, is never longer than %.17g, and is the short form where one exists. */
 static void check_fmt(double x, int *bad)
@@ -1037,6 +1120,7 @@ static const mt_test tests[] = {
     {"metrics", test_metrics},
     {"set_error", test_set_error},
     {"retention_vectors", test_retention_vectors},
+    {"metric_types_round_trip", test_metric_types_round_trip},
     {"error_table", test_error_table},
     {"last_error_per_thread", test_last_error_per_thread},
     {"config_defaults", test_config_defaults},

@@ -2,7 +2,8 @@
 # The timeline of a step (common/trace.c): a short training with --trace at 1 and 2 ranks
 # writes one valid Chrome trace file per rank (tests/trace_check: format, nesting, the rank
 # and host, every category); MT_TRACE=1 does the same; a run without either writes no trace
-# directory; a resumed run keeps the failed attempt's trace; an unwritable trace directory
+# directory; a resumed run keeps the failed attempt's trace; hostile numbers and names in
+# the rank files are named, never undefined behaviour; an unwritable trace directory
 # is a warning and the run still succeeds; the tracer keeps every span of many threads
 # (tests/trace_probe); mpitrain-show --timeline summarises each rank or says why it cannot.
 set -u
@@ -107,6 +108,36 @@ if [ $rc1 -eq 1 ] && [ $rc2 -eq 0 ] && [ "$(ls "$d" | grep -c '^rank_')" -eq 4 ]
     && grep -q "(2 ranks;" "$out"; then
     ok "a resumed run keeps the failed attempt's trace as rank_R.1.json and job.1.json; the summary reads the latest"
 else bad "trace of a resumed run (exits $rc1, $rc2): $(ls "$d" | tr '\n' ' ')"; fi
+
+# hostile numbers (ts and dur at INT64_MAX, a negative ts, self_us past dur, a real ts) and
+# names (rank_007.json, a rank past any job's, an earlier attempt's rank_1.1.json, a FIFO, a
+# link): checked
+# arithmetic (a sanitizer build reports no undefined behaviour: ok fails on it), the
+# damaged spans counted and named with the file as found, the good ones summed
+h="$store/runs/hostile/trace"
+mkdir -p "$h"
+big=9223372036854775807
+ev() { printf '{"ph":"X","cat":"%s","name":"s","tid":1,"ts":%s,"dur":%s%s}' "$@"; }
+{ printf '{"traceEvents":[{"name":"thread_name","ph":"M","ts":0,"tid":1,"args":{"name":"train"}},'
+  ev compute $big $big ',"args":{"self_us":'$big'}'; printf ,; ev report -$big 5 ""; printf ,
+  ev report 10 5 ',"args":{"self_us":6}'; printf ,; ev report 1.5 5 ""; printf ,; ev report 20 5 ""
+  printf ']}\n'; } >"$h/rank_007.json"
+{ printf '{"traceEvents":['; ev compute 0 $big ""; printf ,; ev compute $big 0 ""; printf ']}\n'; } >"$h/rank_1.json"
+cp "$h/rank_1.json" "$h/rank_99999999999.json"
+cp "$h/rank_1.json" "$h/rank_1.1.json"
+mkfifo "$h/rank_2.json" # never opened: a read would block
+ln -s "$h/rank_1.json" "$h/rank_3.json"
+timeout 60 "$b/tools/mpitrain-show" "$store/runs/hostile" --timeline >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^rank 7 (?): 0.000 s on the training thread, 1 report" "$out" \
+    && grep -q "^rank 1 (?): 9223372036854.775 s" "$out" \
+    && grep -q "hostile/trace/rank_007.json: 4 damaged spans left out (the first is event 1" "$err" \
+    && grep -q "hostile/trace/rank_99999999999.json: not a rank's trace file" "$err" \
+    && grep -q "hostile/trace/rank_2.json: not a regular file" "$err" \
+    && grep -q "hostile/trace/rank_3.json: a symbolic link, not followed" "$err" \
+    && ! grep -q "rank_1.1.json\|rank_7.json" "$err"; then
+    ok "mpitrain-show --timeline on hostile numbers and names: checked arithmetic, damaged spans and files named as found"
+else bad "mpitrain-show --timeline on hostile trace numbers (exit $rc)"; fi
 
 # many threads at once, each recording more spans than its buffer holds
 mkdir -p "$store/probe"

@@ -27,7 +27,8 @@ static void usage(FILE *out)
             "name, CPU list) and checks the launch against --num-workers and --cpus-per-worker,\n"
             "like a training job would. It runs as a job of its own, whose run directory goes to\n"
             "a temporary folder removed at exit; with --name or --storage-path (or MT_NAME,\n"
-            "MT_STORAGE_PATH) it is kept there instead.\n\n"
+            "MT_STORAGE_PATH) it is kept there instead, as a new run: a name that exists is\n"
+            "refused, and that run is left as it was.\n\n"
             "  --help                               this text\n"
             "  --stale-shm                          (alone, no launcher) list the shared memory in\n"
             "                                       /dev/shm that jobs killed outright left\n"
@@ -125,9 +126,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--stale-shm"))
             return stale_shm(argc, argv);
-    /* a diagnostic: its run directory is replaced every time */
+    /* a diagnostic: it never changes a run that exists (a job's own name given to check its
+     * launch line is refused, naming the run, and the run stays as it was) */
     static const char default_name[] = "mpitrain-info";
-    mt_trainer_config cfg = {.run = {.name = default_name, .overwrite = true}};
+    mt_trainer_config cfg = {.run = {.name = default_name, .refuse_existing = true}};
     int rc = mt_init(&argc, &argv);
     if (rc) {
         fprintf(stderr, "mpitrain-info: %s\n", mt_last_error());

@@ -256,9 +256,18 @@ static int plot(const char *dir, const char *png, const plot_opts *o)
     json_t *rows = json_array(), *seen = json_object();
     char *line = NULL;
     size_t cap = 0;
+    long number = 0, unreadable = 0;
+    char lines[200] = "";
     while (getline(&line, &cap, in) > 0) {
         json_t *row = json_loads(line, 0, NULL);
-        if (!json_is_object(row)) {
+        number++;
+        if (!json_is_object(row)) { /* said below, never passed over in silence */
+            size_t used = strlen(lines);
+            if (used < sizeof lines - 24)
+                snprintf(lines + used, sizeof lines - used, "%s%ld", unreadable ? ", " : "", number);
+            else if (!strstr(lines, "..."))
+                snprintf(lines + used, sizeof lines - used, ", ...");
+            unreadable++;
             json_decref(row);
             continue;
         }
@@ -277,6 +286,10 @@ static int plot(const char *dir, const char *png, const plot_opts *o)
     }
     free(line);
     fclose(in);
+    if (unreadable)
+        fprintf(stderr, "mpitrain-show: warning: %s: %ld line%s could not be read as a row and "
+                "%s not plotted (line%s %s)\n", path, unreadable, unreadable == 1 ? "" : "s",
+                unreadable == 1 ? "is" : "are", unreadable == 1 ? "" : "s", lines);
     const char *keys[MAX_METRICS];
     int nk = 0, rc = 0;
     for (int i = 0; i < o->nwanted && nk < MAX_METRICS; i++) {
