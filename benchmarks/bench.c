@@ -144,6 +144,13 @@ const char *bench_budget(bench *b, bool applies, bool met, const char *rule)
     return b->budget_json;
 }
 
+const char *bench_verdict(const bench *b, bool met)
+{
+    if (met)
+        return "met";
+    return b->quick ? "over it in this quick run (no verdict: run without --quick)" : "NOT met";
+}
+
 void bench_say(const bench *b, const char *fmt, ...)
 {
     if (b->rank != 0)

@@ -37,6 +37,9 @@ void bench_json(const bench *b, const char *suite, const char *fmt, ...)
  * the figure's line (", \"budget\": RULE, \"budget_met\": true|false"); else "". Every
  * rank calls it with the same (rank-averaged) values. */
 const char *bench_budget(bench *b, bool applies, bool met, const char *rule);
+/* The printed verdict on a budget: "met" or "NOT met" in a full run; a quick run (few
+ * repetitions, one noisy sample) says it is no verdict when it misses. */
+const char *bench_verdict(const bench *b, bool met);
 /* Collective: rc from every rank, the lowest (most negative) code if any failed, so that
  * a local failure (an allocation) stops every rank before the next collective. */
 int bench_agree(const bench *b, int rc);

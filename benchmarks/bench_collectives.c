@@ -46,6 +46,28 @@ static void mt_allreduce_op(bench *b, void *arg)
         a->rc = rc;
 }
 
+/* Every rank's a->count floats hold rank + 1 + i % 7; after a sum over the ranks each must
+ * be size * (size + 1) / 2 + size * (i % 7), exactly (small integers in fp32). Collective:
+ * the number of wrong values over all ranks (nccl-tests' #wrong), -1 for an error. */
+static long long check_allreduce(bench *b, ar_arg *a)
+{
+    for (size_t i = 0; i < a->count; i++)
+        a->buf[i] = (float)(b->rank + 1 + (int)(i % 7));
+    int rc = mt_allreduce(b->ctx, a->buf, a->count, MT_F32, MT_SUM);
+    long long wrong = 0;
+    for (size_t i = 0; !rc && i < a->count; i++)
+        wrong += a->buf[i] != (float)(b->size * (b->size + 1) / 2 + b->size * (int)(i % 7));
+    if (rc)
+        wrong = -1;
+    long long all[2] = {wrong, -wrong}; /* the sum of wrong values, and any error */
+    MPI_Allreduce(MPI_IN_PLACE, all, 2, MPI_LONG_LONG, MPI_MAX, b->raw);
+    if (all[1] > 0) /* some rank's mt_allreduce failed */
+        return -1;
+    MPI_Allreduce(&wrong, &all[0], 1, MPI_LONG_LONG, MPI_SUM, b->raw);
+    memset(a->buf, 0, a->count * sizeof(float));
+    return all[0];
+}
+
 int bench_allreduce(bench *b)
 {
     size_t max_bytes = b->quick ? (size_t)4 << 20 : (size_t)64 << 20;
@@ -53,8 +75,11 @@ int bench_allreduce(bench *b)
     float *buf = calloc(max_bytes / sizeof(float), sizeof(float));
     if (!buf)
         return MT_ENOMEM;
-    bench_say(b, "%10s %10s %10s %10s %7s %10s %9s %9s\n", "bytes", "raw_us", "mt_us",
-              "mt_max_us", "ratio", "extra_us", "algbw", "busbw");
+    bench_say(b, "each time: the median of %d repetitions of N calls (N: the iters column), "
+                 "per call, averaged over the ranks (max_us: the slowest rank); wrong: values "
+                 "that differ from the exact sum, over all ranks\n", reps);
+    bench_say(b, "%10s %6s %10s %10s %10s %7s %10s %11s %11s %6s\n", "bytes", "iters", "raw_us",
+              "mt_us", "mt_max_us", "ratio", "extra_us", "algbw_GBps", "busbw_GBps", "wrong");
     double worst_big = 0;
     ar_arg a = {.buf = buf};
     size_t step = b->quick ? 4 : 2;
@@ -87,20 +112,23 @@ int bench_allreduce(bench *b)
         double busbw = algbw * 2.0 * (b->size - 1) / b->size;
         if (bytes >= 65536 && ratio > worst_big)
             worst_big = ratio;
-        bench_say(b, "%10zu %10.2f %10.2f %10.2f %7.3f %10.2f %9.3f %9.3f\n", bytes,
-                  raw_avg * 1e6, mt_avg * 1e6, mt_max * 1e6, ratio, (mt_avg - raw_avg) * 1e6,
-                  algbw, busbw);
+        long long wrong = check_allreduce(b, &a);
+        if (wrong < 0 && !a.rc)
+            a.rc = MT_EMPI;
+        bench_say(b, "%10zu %6d %10.2f %10.2f %10.2f %7.3f %10.2f %11.3f %11.3f %6lld\n", bytes,
+                  iters, raw_avg * 1e6, mt_avg * 1e6, mt_max * 1e6, ratio,
+                  (mt_avg - raw_avg) * 1e6, algbw, busbw, wrong);
         bench_json(b, "allreduce",
                    "\"bytes\": %zu, \"iters\": %d, \"raw_us\": %.3f, \"mt_us\": %.3f, "
                    "\"mt_max_us\": %.3f, \"ratio\": %.4f, \"algbw_GBps\": %.4f, "
-                   "\"busbw_GBps\": %.4f%s", bytes, iters, raw_avg * 1e6, mt_avg * 1e6,
-                   mt_max * 1e6, ratio, algbw, busbw,
+                   "\"busbw_GBps\": %.4f, \"reps\": %d, \"wrong\": %lld%s", bytes, iters,
+                   raw_avg * 1e6, mt_avg * 1e6, mt_max * 1e6, ratio, algbw, busbw, reps, wrong,
                    bench_budget(b, bytes >= 65536 && b->size > 1, ratio <= 1.05,
                                 "ratio <= 1.05 at >= 64 KiB"));
     }
     if (worst_big > 0)
         bench_say(b, "budget: mt_allreduce <= 1.05x raw at >= 64 KiB: worst %.3fx (%s)\n",
-                  worst_big, worst_big <= 1.05 ? "met" : "NOT met");
+                  worst_big, bench_verdict(b, worst_big <= 1.05));
     free(buf);
     return a.rc;
 }
@@ -255,7 +283,7 @@ static int fusion_model(bench *b)
         bench_say(b, "across nodes: hier / flat (fp32) %.2fx, auto picked %s (the faster: %s); "
                      "budget fp16 <= 0.6x of fp32 (%s): %.2fx (%s)\n", t[1][0] / t[0][0],
                   picked, t[i][0] <= other ? "yes" : "no", mt_fusion_algo_word(algos[i]), x,
-                  x <= 0.6 ? "met" : "NOT met");
+                  bench_verdict(b, x <= 0.6));
         bench_json(b, "fusion_model", "\"nodes\": %d, \"auto_picks\": \"%s\", "
                    "\"hier_vs_flat\": %.4f, \"fp16_vs_fp32\": %.4f%s", nodes, picked,
                    t[1][0] / t[0][0], x, bench_budget(b, true, x <= 0.6, "fp16_vs_fp32 <= 0.6"));
@@ -311,7 +339,7 @@ int bench_fusion(bench *b)
                 bench_say(b, "budget: fused >= 10x faster at 256 x 1 KiB, or no slower than one "
                              "MPI_Allreduce of all the bytes: %.1fx, one call %.1fx (%s)\n",
                           raw_avg / fu_avg, raw_avg / one_avg,
-                          raw_avg / fu_avg >= 10 || fu_avg <= one_avg ? "met" : "NOT met");
+                          bench_verdict(b, raw_avg / fu_avg >= 10 || fu_avg <= one_avg));
             rc = a.rc;
         }
         mt_fusion_destroy(&a.f);

@@ -169,7 +169,7 @@ int bench_shard(bench *b)
         bench_say(b, "transfer mode: independent (the library's default) %s collective here "
                      "(%.2f vs %.2f GB/s)\n", gind >= gcol ? "beats" : "loses to", gind, gcol);
         bench_say(b, "budget: shard read >= 0.8x raw pread: %.2fx (%s)\n", gind / graw,
-                  gind / graw >= 0.8 ? "met" : "NOT met");
+                  bench_verdict(b, gind / graw >= 0.8));
         bench_json(b, "shard", "\"bytes\": %lld, \"raw_GBps\": %.4f, "
                    "\"independent_GBps\": %.4f, \"collective_GBps\": %.4f, "
                    "\"shuffled_GBps\": %.4f, \"ratio\": %.4f, "

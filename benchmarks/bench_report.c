@@ -54,7 +54,7 @@ int bench_report(bench *b)
         snprintf(rule, sizeof rule, "mt_report_median_us <= %g at 2 ranks", b->report_budget_us);
         if (b->size == 2)
             bench_say(b, "budget: mt_report <= %g us median at 2 ranks: %.1f us (%s)\n",
-                      b->report_budget_us, mt_max * 1e6, met ? "met" : "NOT met");
+                      b->report_budget_us, mt_max * 1e6, bench_verdict(b, met));
         bench_json(b, "report", "\"reports\": %d, \"metrics\": 8, \"mt_report_median_us\": %.3f, "
                    "\"raw_gather_median_us\": %.3f%s", n, mt_max * 1e6, raw_max * 1e6,
                    bench_budget(b, b->size == 2, met, rule));
@@ -175,6 +175,6 @@ int bench_checkpoint(bench *b)
     if (!rc)
         bench_say(b, "budget: commit >= 0.7x raw write+fsync at every size: worst %.2fx (%s); "
                      "rank 0 holds <= 64 MiB of the others' data at a time\n",
-                  worst, worst >= 0.7 ? "met" : "NOT met");
+                  worst, bench_verdict(b, worst >= 0.7));
     return rc;
 }

@@ -240,7 +240,7 @@ static void print(bench *b, int n, double alone, const result *res, double raw_t
         bench_say(b, "budget: per-rank samples/s at 2 ranks, the trainer's way (%s), >= 0.95x of "
                      "the no-communication ceiling: %.2fx (%s); %.2fx of 1 rank, the ceiling "
                      "%.2fx of 1 rank\n", variants[trainer_way(b)].name,
-                  avg / busy, avg / busy >= 0.95 ? "met" : "NOT met", avg / alone,
+                  avg / busy, bench_verdict(b, avg / busy >= 0.95), avg / alone,
                   busy / alone);
 }
 

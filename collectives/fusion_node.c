@@ -105,7 +105,9 @@ __attribute__((optimize("tree-vectorize"))) void mt__node_sum(float *sum,
 enum { FAILED = 0, REFUSED = 1, MAPPED = 2 };
 
 /* Collective over comm: one shared mapping of `bytes` on every rank (rank 0 creates it,
- * reserves its pages and removes its name once every rank has it open or has given up).
+ * reserves its pages and removes its name once every rank has it open or has given up;
+ * a job killed outright before that leaves the name, which the next job's start removes:
+ * common/shm.c).
  * *out is the mapping when every rank mapped it, else NULL on every rank: *refused when
  * the system refused it somewhere (not an error: on a full tmpfs, a container's small
  * /dev/shm, a later write would be SIGBUS where this lets the caller do without; `refuse`
@@ -113,24 +115,23 @@ enum { FAILED = 0, REFUSED = 1, MAPPED = 2 };
 static int map_shared(MPI_Comm comm, int rank, size_t bytes, bool failed, bool refuse,
                       void **out, bool *refused)
 {
-    static atomic_int counter;
     int rc = MT_OK;
-    char name[64] = "";
+    char name[MT__SHM_NAME_LEN] = "";
     int fd = -1;
     *out = NULL;
     *refused = false;
     if (rank == 0) {
-        snprintf(name, sizeof name, "/mpitrain-fusion-%d-%d", (int)getpid(),
-                 atomic_fetch_add(&counter, 1));
-        fd = bytes <= (size_t)INT64_MAX ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : -1;
+        fd = bytes <= (size_t)INT64_MAX ? mt__shm_create("fusion", name, sizeof name) : -1;
         if (fd >= 0 && (ftruncate(fd, (off_t)bytes) != 0 ||
                         posix_fallocate(fd, 0, (off_t)bytes) != 0)) {
             close(fd);
-            shm_unlink(name);
+            mt__shm_unlink(name);
             fd = -1;
         }
         if (fd < 0)
             name[0] = '\0';
+        else /* killed holding the segment's name (tests/shm.sh; rank: the node rank) */
+            mt__test_die("die-fusion-seg", rank);
     }
     int e = MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm);
     if (e != MPI_SUCCESS) {
@@ -148,7 +149,7 @@ static int map_shared(MPI_Comm comm, int rank, size_t bytes, bool failed, bool r
     if (!rc && (e = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm)) != MPI_SUCCESS)
         rc = mt__mpi_error(e, "MPI_Allreduce (fusion segment)");
     if (rank == 0 && name[0])
-        shm_unlink(name);
+        mt__shm_unlink(name);
     if (all == MAPPED && !rc)
         *out = p;
     else if (p != MAP_FAILED)

@@ -21,7 +21,8 @@
  * started for the parent goes with the parent.
  *
  * The board's name is removed once the merge is done (every child has it open by then),
- * or by the rank that ends the job before that.
+ * or by the rank that ends the job before that; a job killed outright before the merge
+ * leaves it, and the next job's start removes it (common/shm.c).
  */
 #include "watchdog.h"
 
@@ -54,7 +55,7 @@ static struct {
     entry *board;
     size_t bytes;
     int n, me;
-    char name[64];       /* written before the thread starts */
+    char name[MT__SHM_NAME_LEN]; /* written before the thread starts */
     atomic_int named;    /* name not removed yet */
     char host[64];
     struct sigaction old_pipe; /* SIGPIPE's disposition before take() */
@@ -147,7 +148,7 @@ _Noreturn static void end(int code, const char *line, bool parent_gone)
 static void forget_name(void)
 {
     if (atomic_exchange(&life.named, 0))
-        shm_unlink(life.name);
+        mt__shm_unlink(life.name);
 }
 
 _Noreturn static void lost(const entry *e, int peer_rank)
@@ -284,12 +285,10 @@ static void release(void)
 
 int mt__lifeline_create(int n, double timeout_s, char *env, size_t env_len)
 {
-    static int counter;
     if (life.board)
         return mt__error(MT_EINVAL, "spawn mode: a spawned job exists already");
-    snprintf(life.name, sizeof life.name, "/mpitrain-spawn-%d-%d", (int)getpid(), counter++);
     size_t bytes = (size_t)n * sizeof(entry);
-    int fd = shm_open(life.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    int fd = mt__shm_create("spawn", life.name, sizeof life.name);
     int e = errno;
     atomic_store(&life.named, fd >= 0);
     if (fd >= 0 && (ftruncate(fd, (off_t)bytes) != 0 || map_board(fd, bytes) != 0))

@@ -22,7 +22,8 @@
  * peer on another host, and keeps receiving until it has one from each of those, then
  * waits for its own sends, so no message is left unmatched when the communicator is freed.
  * Each slot's name is removed once every rank has mapped its peers' slots (the start's
- * second agreement), so a crash leaves nothing in /dev/shm.
+ * second agreement), or when this rank ends the job; only a rank killed outright during
+ * the start leaves it in /dev/shm, and the next job's start removes it (common/shm.c).
  */
 #include "watchdog.h"
 
@@ -54,7 +55,7 @@ typedef struct {
     char host[64];
     char space[160];     /* pid and mount namespaces, boot id: pids and /dev/shm compare
                             only within one */
-    char slot[48];       /* name of its shared-memory slot */
+    char slot[MT__SHM_NAME_LEN]; /* name of its shared-memory slot */
     int32_t pid;
     int32_t pad;
     uint64_t start;      /* start time in clock ticks after boot (/proc/PID/stat) */
@@ -162,6 +163,7 @@ _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double gra
     if (atomic_exchange(&end.ending, 1)) /* another thread is ending the job already */
         for (;;)
             pause();
+    mt__shm_unlink_own(); /* this process leaves no shared memory behind */
     if (comm == MPI_COMM_NULL) {
         if (text)
             say(text);
@@ -180,33 +182,6 @@ _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double gra
 }
 
 /* ------------------------------------------------------------ identities */
-
-/* State and start time of process pid from /proc; -1 when it cannot be read (errno). */
-static int read_stat(int pid, char *state, uint64_t *start)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-    if (!p || sscanf(p + 1, " %c", state) != 1) {
-        errno = EINVAL;
-        return -1;
-    }
-    /* field 22 (starttime) is the 20th after the name: state is the first */
-    p += 2;
-    for (int field = 3; field < 22 && p; field++) {
-        p = strchr(p, ' ');
-        if (p)
-            p++;
-    }
-    *start = p ? strtoull(p, NULL, 10) : 0;
-    return 0;
-}
 
 static void read_line(const char *path, char *out, size_t len)
 {
@@ -240,32 +215,7 @@ static void own_ident(ident *me)
         snprintf(me->space, sizeof me->space, "%s %s@%s#%.40s", ns, mnt, boot,
                  key ? key : "");
     me->pid = (int32_t)getpid();
-    char state;
-    if (read_stat(me->pid, &state, &me->start) != 0)
-        me->start = 0;
-}
-
-uint64_t mt__process_start(int pid)
-{
-    char state;
-    uint64_t start;
-    return read_stat(pid, &state, &start) == 0 ? start : 0;
-}
-
-bool mt__process_gone(int pid, uint64_t start)
-{
-    char state;
-    uint64_t now;
-    if (read_stat(pid, &state, &now) != 0)
-        return errno == ENOENT || errno == ESRCH;
-    return state == 'Z' || state == 'X' || now != start;
-}
-
-bool mt__process_stopped(int pid, uint64_t start)
-{
-    char state;
-    uint64_t now;
-    return read_stat(pid, &state, &now) == 0 && now == start && (state == 'T' || state == 't');
+    me->start = mt__process_start(me->pid);
 }
 
 /* The peer's process has exited (a zombie counts), or its pid belongs to another. */
@@ -279,7 +229,7 @@ static bool process_gone(const ident *p)
 struct mt__watchdog {
     MPI_Comm comm;
     slot *own;           /* this rank's slot, mapped */
-    char own_name[48];   /* its name until removed */
+    char own_name[MT__SHM_NAME_LEN]; /* its name until removed */
     int rank, size;
     double warn_s, timeout_s, tick_s, stale_s, grace_s;
     atomic_int state;    /* 0 wait for the start's agreement, 1 run, 2 quit unstarted */
@@ -611,14 +561,12 @@ static void *watch(void *arg)
 /* This rank's slot, named in me->slot. */
 static int create_slot(mt__watchdog *w, ident *me, int rank)
 {
-    static atomic_int counter;
-    snprintf(me->slot, sizeof me->slot, "/mpitrain-watch-%d-%d", (int)me->pid,
-             atomic_fetch_add(&counter, 1));
-    int fd = mt__test_fail("watchdog-slot", rank)
-                 ? -1 : shm_open(me->slot, O_CREAT | O_EXCL | O_RDWR, 0600);
+    bool fail = mt__test_fail("watchdog-slot", rank);
+    int fd = fail ? -1 : mt__shm_create("watch", me->slot, sizeof me->slot);
     if (fd < 0)
         return mt__error(MT_EIO, "rank %d: cannot create the stall watchdog's shared memory "
-                         "%s: %s", rank, me->slot, strerror(errno ? errno : EIO));
+                         "%s: %s", rank, fail ? "(test hook)" : me->slot,
+                         strerror(fail ? EIO : errno));
     snprintf(w->own_name, sizeof w->own_name, "%s", me->slot);
     void *p = ftruncate(fd, sizeof(slot)) == 0
                   ? mmap(NULL, sizeof(slot), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
@@ -629,6 +577,7 @@ static int create_slot(mt__watchdog *w, ident *me, int rank)
         return mt__error(MT_EIO, "rank %d: cannot map the stall watchdog's shared memory %s: "
                          "%s", rank, me->slot, strerror(e));
     w->own = p;
+    mt__test_die("die-watch-slot", rank); /* killed holding its slot's name (tests/shm.sh) */
     return MT_OK;
 }
 
@@ -661,8 +610,7 @@ static int map_peers(mt__watchdog *w, const ident *me)
 
 static void unlink_slot(mt__watchdog *w)
 {
-    if (w->own_name[0])
-        shm_unlink(w->own_name);
+    mt__shm_unlink(w->own_name);
     w->own_name[0] = '\0';
 }
 

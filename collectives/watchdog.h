@@ -36,12 +36,8 @@ _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double gra
 /* Writes text to stderr as mt__end_job does (never blocking for long on a full pipe). */
 void mt__end_job_say(const char *text);
 
-/* Process pid's start time (clock ticks after boot, /proc/PID/stat), 0 if unreadable. */
-uint64_t mt__process_start(int pid);
-/* Process pid started at start has exited (a zombie counts) or its pid is another's. */
-bool mt__process_gone(int pid, uint64_t start);
-/* Process pid started at start is stopped (SIGSTOP, or by a tracer). */
-bool mt__process_stopped(int pid, uint64_t start);
+/* Which process a pid is (mt__process_start, mt__process_gone, mt__process_stopped):
+ * common/proc.c. */
 
 /*
  * Spawn mode's lifeline (lifeline.c): every rank of a spawned job watches every other

@@ -171,6 +171,42 @@ int mt__check_name(const char *field, const char *name, size_t max);
 /* The same for text that never becomes a path (metric keys): '/' allowed. */
 int mt__check_text(const char *field, const char *text, size_t max);
 
+/* ------------------------------------------------------------ processes (proc.c)
+ * A pid and its start time (clock ticks after boot, field 22 of /proc/PID/stat) name one
+ * process for the life of the machine; a pid alone may be reused. */
+/* State letter and start time of process pid; -1 (errno set) when /proc cannot say. */
+int mt__process_stat(int pid, char *state, uint64_t *start);
+/* Process pid's start time, 0 if unreadable. */
+uint64_t mt__process_start(int pid);
+/* Process pid started at start has exited (a zombie counts) or its pid is another's. */
+bool mt__process_gone(int pid, uint64_t start);
+/* Process pid started at start is stopped (SIGSTOP, or by a tracer). */
+bool mt__process_stopped(int pid, uint64_t start);
+/* This process's pid namespace (the inode of /proc/self/ns/pid), 0 if unreadable. */
+uint64_t mt__pid_space(void);
+
+/* ------------------------------------------------------------ shared memory (shm.c)
+ * Every POSIX shared-memory segment of the library is made by mt__shm_create, whose name
+ * tells who made it, so that the segments killed jobs leave behind can be found and
+ * removed (mt__shm_reap, once per process from mt_init; mt_stale_shm). */
+#define MT__SHM_DIR "/dev/shm"
+#define MT__SHM_NAME_LEN 96
+/* Local. A new segment of KIND ("spawn", "watch" or "fusion": the kinds mt__shm_reap
+ * knows), created O_EXCL, mode 0600: its name (at most MT__SHM_NAME_LEN bytes, '/'
+ * first) in name, the descriptor returned, or -1 with errno. The name is recorded as this
+ * process's until mt__shm_unlink removes it. */
+int mt__shm_create(const char *kind, char *name, size_t len);
+/* Local. shm_unlink(name), and it is no longer recorded as this process's. */
+void mt__shm_unlink(const char *name);
+/* Local. Removes every name this process created and still holds: it ends the job. */
+void mt__shm_unlink_own(void);
+/* Local. Calls fn (if not NULL) for each segment in dir whose creator is gone (see shm.c
+ * for what counts), having removed it first if `remove`. Returns how many, or -1 (errno)
+ * when dir cannot be read; a dir that does not exist has none. */
+int mt__shm_reap(const char *dir, bool remove, mt_stale_fn fn, void *arg);
+/* Local. mt__shm_reap of /dev/shm, removing, the first time a process calls it. */
+void mt__shm_reap_once(void);
+
 /* ------------------------------------------------------------ live handles (live.c)
  * Handles given out and not yet taken back, by value (the memory behind a pointer is
  * never read): public entry points check a context, shard, batch or checkpoint is live

@@ -360,3 +360,72 @@ const char *mt__trace_path(void)
 {
     return path[0] ? path : NULL;
 }
+
+/* One rank's file whole in *buf (owned), or -1. */
+static long read_whole(const char *name, char **buf)
+{
+    *buf = NULL;
+    FILE *f = fopen(name, "rb");
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (*buf = malloc((size_t)n + 1)) && fread(*buf, 1, (size_t)n, f) == (size_t)n)
+        (*buf)[n] = '\0';
+    else {
+        free(*buf);
+        *buf = NULL;
+        n = -1;
+    }
+    if (f)
+        fclose(f);
+    return n;
+}
+
+int mt__trace_merge(const char *run_dir, int nranks)
+{
+    char dir[4096], src[4200], tmp[4200], dst[4200];
+    snprintf(dir, sizeof dir, "%s/trace", run_dir);
+    snprintf(tmp, sizeof tmp, "%s/.job.json.tmp", dir);
+    snprintf(dst, sizeof dst, "%s/job.json", dir);
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        fprintf(stderr, "mpitrain: cannot write the job's timeline %s: %s\n", tmp,
+                strerror(errno));
+        return -1;
+    }
+    fprintf(out, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"ranks\":%d,"
+                 "\"clock\":\"CLOCK_REALTIME microseconds\"},\n\"traceEvents\":[", nranks);
+    bool first = true;
+    for (int r = 0; r < nranks; r++) {
+        char *text = NULL;
+        snprintf(src, sizeof src, "%s/rank_%d.json", dir, r);
+        const char *from = read_whole(src, &text) < 0 ? NULL : strstr(text, "\"traceEvents\":[");
+        const char *end = from ? strstr(from, "\n]}") : NULL; /* absent: the file was cut */
+        if (!end)
+            fprintf(stderr, "mpitrain: the job's timeline %s leaves out rank %d: %s is %s\n",
+                    dst, r, src, text ? "cut short" : "missing");
+        else {
+            from += strlen("\"traceEvents\":[");
+            if (end > from) { /* its events, each after "\n" or ",\n" */
+                if (!first)
+                    fputc(',', out);
+                fwrite(from, 1, (size_t)(end - from), out);
+                first = false;
+            }
+        }
+        free(text);
+    }
+    fputs("\n]}\n", out);
+    /* an earlier fit's (the run resumed) stays as job.<k>.json, as its rank files do */
+    for (int k = 1; access(dst, F_OK) == 0 && k < 100000; k++) {
+        snprintf(src, sizeof src, "%s/job.%d.json", dir, k);
+        if (access(src, F_OK) != 0 && rename(dst, src) != 0)
+            break;
+    }
+    if (fclose(out) != 0 || rename(tmp, dst) != 0) {
+        fprintf(stderr, "mpitrain: cannot write the job's timeline %s: %s\n", dst,
+                strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}

@@ -39,6 +39,11 @@ typedef struct {
 void mt__trace_start(bool want, const char *run_dir, int rank);
 /* Local. Writes what the threads still hold and closes the file; no-op when not tracing. */
 void mt__trace_stop(void);
+/* Local, rank 0, once every rank's mt__trace_stop has returned: <run_dir>/trace/job.json,
+ * every rank's events of this fit in one file (each rank its own pid), as Horovod's
+ * timeline is one file (an earlier fit's stays as job.<k>.json); a rank file missing or
+ * cut short is left out with a warning. */
+int mt__trace_merge(const char *run_dir, int nranks);
 /* Local. Names the calling thread in traces ("fusion"); name must be a literal. Cheap
  * with tracing off (a thread-local store). */
 void mt__trace_thread(const char *name);

@@ -246,6 +246,16 @@ MT_EXTERN int mt_finalize(void);
 MT_EXTERN int mt_job_rank(void);
 MT_EXTERN int mt_job_size(void);
 
+/* Local. Shared memory that jobs killed outright (SIGKILL) on this machine left behind:
+ * the segments /dev/shm/mpitrain-* of this user whose creating process has exited (its pid
+ * unused, a zombie's, or reused by a process started later). Each process removes them
+ * once, in mt_init; this lists them: fn (if not NULL) gets each one's path and why its
+ * creator counts as gone, after its removal if `remove`. A segment whose creator runs or
+ * cannot be identified (another user's, another pid namespace's) is never counted.
+ * Returns how many, or MT_EIO when /dev/shm cannot be read. (mpitrain-info --stale-shm.) */
+typedef void (*mt_stale_fn)(const char *path, const char *why, void *arg);
+MT_EXTERN int mt_stale_shm(bool remove, mt_stale_fn fn, void *arg);
+
 /* Local. Copies cfg (and its strings). */
 MT_EXTERN int mt_trainer_create(mt_trainer **out, mt_train_fn fn, void *arg,
                                 const mt_trainer_config *cfg);

@@ -61,6 +61,8 @@ int mt_init(int *argc, char ***argv)
     if (fin)
         return mt__error(MT_EINVAL, "mt_init: MPI was finalised already (after mt_finalize "
                                     "it cannot start again in this process)");
+    /* the shared memory of jobs killed outright on this machine (common/shm.c) */
+    mt__shm_reap_once();
     /* what a launcher leaves in the environment (read before MPI_Init adds its own) */
     launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
                getenv("PMI_RANK") || getenv("SLURM_STEP_ID");

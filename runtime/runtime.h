@@ -244,6 +244,15 @@ void mt__fit_leave(void);
 /* CPUs in the calling thread's affinity mask (1 when it cannot be read). */
 int mt__affinity_cpus(char *list, size_t list_len);
 
+/* ---- resume.c (rank 0, local) */
+/* run.resume_from_checkpoint (from): a checkpoint folder, or a run directory whose latest
+ * checkpoint it means; dir gets the folder, *stored the checkpoint (owned). MT_EFORMAT
+ * naming from when it is neither. */
+int mt__resume_open(const char *from, char *dir, size_t len, mt_checkpoint **stored);
+/* Where this attempt starts (the latest good checkpoint, else from), the reports after it
+ * moved aside; *out the JSON the other ranks need. */
+int mt__resume_point(mt__rundir *run, const mt_run_config *cfg, json_t **out);
+
 /* ---- context.c: one fit's context */
 /* Collective over world: a context with a private communicator and the topology. */
 int mt__context_create(mt_context **out, MPI_Comm world);

@@ -211,61 +211,8 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
 
 /* ------------------------------------------------------------ the run directory */
 
-/* Rank 0: the latest good checkpoint (or none) becomes where this attempt starts; reports
- * after it move aside; *out is the JSON the other ranks need. An error instead of a start
- * without the checkpoint it names, with the reports it redoes kept, or when result.json
- * cannot be brought in line (appending to it would duplicate rows). */
-static int resume_point(mt__rundir *run, const mt_run_config *cfg, json_t **out)
-{
-    *out = NULL;
-    int64_t last_row = -1;
-    int rc = mt__run_repair_logs(run, &last_row);
-    if (rc)
-        return rc;
-    int k = -1;
-    rc = mt__checkpoint_pick_valid(run, last_row < 0 ? INT64_MAX : last_row, &k);
-    if (rc)
-        return rc;
-    int64_t iteration = k >= 0 ? run->kept[k].iteration : 0;
-    json_t *ck = json_null();
-    /* no checkpoint of its own yet: the one run.resume_from_checkpoint names */
-    const char *from = k < 0 ? cfg->resume_from_checkpoint : NULL;
-    if (k >= 0 || from) {
-        char dir[4096];
-        if (from)
-            rc = mt__checkpoint_resolve("run.resume_from_checkpoint", from, dir, sizeof dir);
-        else
-            snprintf(dir, sizeof dir, "%s/%s", run->dir, run->kept[k].name);
-        mt_checkpoint *stored = NULL;
-        char *text = NULL;
-        if (!rc) {
-            rc = mt__checkpoint_open_stored(dir, &stored);
-            if (rc && rc != MT_ENOMEM && from)
-                rc = mt__error(MT_EFORMAT, "run.resume_from_checkpoint: %s is not a checkpoint: "
-                               "%s", from, mt_last_error());
-        }
-        if (!rc && !(text = mt__checkpoint_describe(stored)))
-            rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
-        ck = text ? json_string(text) : NULL;
-        free(text);
-        mt_checkpoint_free(&stored);
-        if (!rc && !ck)
-            rc = mt__error(MT_ENOMEM, "out of memory describing %s", dir);
-    }
-    if (!rc)
-        rc = mt__run_supersede(run, iteration);
-    if (!rc)
-        run->iteration = iteration;
-    if (!rc && !(*out = json_pack("{s:i, s:I, s:f, s:O, s:b}", "attempt", run->attempts - 1,
-                                  "iteration", (json_int_t)iteration, "time_total",
-                                  run->time_total, "checkpoint", ck, "foreign", from != NULL)))
-        rc = mt__error(MT_ENOMEM, "out of memory resuming %s", run->dir);
-    json_decref(ck);
-    return rc;
-}
-
 /* Rank 0: the run directory's state for an attempt, the first or the next after a
- * failure: counted, started from the latest good checkpoint (resume_point), saved, and
+ * failure: counted, started from the latest good checkpoint (mt__resume_point), saved, and
  * its logs opened again (result.json may have been rewritten). */
 static int begin_attempt(const mt_trainer *t, mt__rundir *run, json_t **info)
 {
@@ -274,7 +221,7 @@ static int begin_attempt(const mt_trainer *t, mt__rundir *run, json_t **info)
     if (mt__test_fail("attempt-prepare", 0))
         return mt__error(MT_EIO, "%s: cannot ready attempt %d (test failure)", run->dir,
                          run->attempts - 1);
-    int rc = resume_point(run, &t->cfg.run, info);
+    int rc = mt__resume_point(run, &t->cfg.run, info);
     if (!rc)
         rc = mt__run_save(run);
     mt__run_close_logs(run);
@@ -301,6 +248,19 @@ static int prepare_run(const mt_trainer *t, mt_context *ctx, mt__rundir *run, js
             if ((rc = mt__run_clear(ctx->run_dir))) /* run.lock stays: this job holds it */
                 return rc;
             exists = false;
+        }
+    }
+    const char *from = t->cfg.run.resume_from_checkpoint;
+    if (!exists && from) { /* refused before the new run leaves anything behind */
+        char dir[4096];
+        mt_checkpoint *stored = NULL;
+        rc = mt__resume_open(from, dir, sizeof dir, &stored);
+        mt_checkpoint_free(&stored);
+        if (rc) {
+            snprintf(path, sizeof path, "%s/run.lock", ctx->run_dir);
+            unlink(path); /* this job holds it; the folder goes if nothing else is in it */
+            rmdir(ctx->run_dir);
+            return rc;
         }
     }
     if (!exists) {
@@ -696,7 +656,16 @@ static int fit_finish(const mt_trainer *t, fit_state *f, int rc, const char *fin
     mt__signals_restore();
     mt__watchdog_stop(&f->dog);
     mt__test_die("die-fit-end", ctx->world_rank);
+    int32_t traced = mt__trace_path() != NULL; /* this rank wrote a timeline */
     mt__trace_stop();
+    if (f->started) { /* the job's timeline in one file, once every rank closed its own */
+        char kept[MT__MSG_LEN];
+        snprintf(kept, sizeof kept, "%s", mt_last_error()); /* the fit's, not this step's */
+        if (mt__allreduce(ctx->comm, &traced, 1, MT_I32, MT_MAX) == MT_OK && traced &&
+            ctx->world_rank == 0 && ctx->run_dir)
+            mt__trace_merge(ctx->run_dir, ctx->world_size);
+        mt__error_set_text(kept);
+    }
     char error[MT__MSG_LEN + 64] = "";
     if (rc && rc != MT_ESTOP) {
         if (f->who.rank >= 0)

@@ -4,7 +4,8 @@
 #   base:      compilers and libraries to build and test (Open MPI, parallel HDF5,
 #              CUnit, jansson, OpenBLAS, autotools; iproute2 for the emulated cluster)
 #   --example: the Fashion-MNIST data set and gnuplot, for the example job
-#   --slurm:   slurm-wlm and munge, for the Slurm integration test
+#   --slurm:   slurm-wlm and munge (the Slurm tests; for a one-node Slurm on this machine,
+#              where the sbatch lines of docs/clusters.md work: scripts/slurm/local.sh up)
 #   --bench:   PyTorch (python3-torch), the DDP baseline of the benchmarks (ddp_mlp.py,
 #              cluster_bench.sh); the tests do not need it
 #   --fuzz:    AFL++, for fuzz/run.sh (not needed by the build or the tests)
@@ -26,8 +27,14 @@ for p in $pkgs; do
     status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
     [ "$status" = "installed" ] || missing="$missing $p"
 done
+offer() { # what --slurm installs does not configure a Slurm: say how to get one
+    case " $* " in *" --slurm "*)
+        echo "setup: a one-node Slurm on this machine (root): sh scripts/slurm/local.sh up" ;;
+    esac
+}
 if [ -z "$missing" ]; then
     echo "setup: all packages present"
+    offer "$@"
     exit 0
 fi
 sudo=""
@@ -38,3 +45,4 @@ $sudo apt-get update -qq
 # shellcheck disable=SC2086
 $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
 echo "setup: done"
+offer "$@"

@@ -3,8 +3,11 @@
 # tier (docs/testing.md): a plain build with --enable-werror and every test (make
 # check-full), a build with AddressSanitizer and UndefinedBehaviorSanitizer over the tests
 # where they find things (make check-sanitizers: the CUnit suites at 1-4 ranks, chaos, the
-# hostile-input tests, fuzz replays), then make distcheck (the tarball builds, installs,
+# hostile-input tests, fuzz replays), and make distcheck (the tarball builds, installs,
 # passes its fast tier and the README's commands after its install).
+# Most end-to-end tests wait (for a stall timeout, a signal, a stopped rank) more than
+# they compute, so the plain build's tests run beside the sanitizer build's, and distcheck
+# beside the rest of them once the plain tests are done: the two cores stay busy.
 # MT_TEST_TIMEOUT_SCALE=N stretches every test's timeout on slow machines.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,38 +16,62 @@ start=$(date +%s)
 "$top/scripts/setup.sh" --example --slurm || exit 1
 echo "=== setup took $(( $(date +%s) - start ))s"
 status=0
-run_build() { # NAME DIR TARGET CONFIGURE-OPTIONS...
-    name=$1; dir=$2; target=$3; shift 3
+build() { # NAME DIR CONFIGURE-OPTIONS...
+    name=$1; dir=$2; shift 2
     t0=$(date +%s)
-    echo "=== $name build ($*)"
-    if ! "$top/scripts/build.sh" "$dir" "$@"; then
-        echo "=== $name build FAILED"; status=1; return
+    if "$top/scripts/build.sh" "$dir" "$@"; then
+        echo "=== $name build ($*): $(( $(date +%s) - t0 ))s"
+    else
+        echo "=== $name build ($*) FAILED"; status=1
     fi
-    echo "=== $name tests (make $target)"
-    if ! make -C "$dir" -j"$(nproc)" "$target" >"$dir/check.out" 2>&1; then
+}
+# tests NAME DIR TARGET: make TARGET in DIR (in the background: its exit status in
+# DIR/check.status, its time in DIR/check.time)
+tests() {
+    name=$1; dir=$2; target=$3
+    ( t0=$(date +%s)
+      make -C "$dir" -j"$(nproc)" "$target" >"$dir/check.out" 2>&1
+      echo $? >"$dir/check.status"
+      echo "$(( $(date +%s) - t0 ))" >"$dir/check.time" ) &
+}
+report() { # NAME DIR TARGET: the results of tests NAME DIR TARGET, once it has ended
+    name=$1; dir=$2; target=$3
+    echo "=== $name tests (make $target): $(cat "$dir/check.time" 2>/dev/null || echo '?')s"
+    if [ "$(cat "$dir/check.status" 2>/dev/null)" != 0 ]; then
         status=1
         # automake's test-suite.log holds the log of every failed test
-        cat "$dir/test-suite.log" 2>/dev/null || cat "$dir/check.out"
+        cat "$dir/test-suite.log" 2>/dev/null || tail -n 60 "$dir/check.out"
     fi
     grep -E "^(# |PASS|FAIL|ERROR)" "$dir/check.out"
-    echo "=== $name: $(( $(date +%s) - t0 ))s"
 }
-run_build plain "$top/build-plain" check-full --enable-werror
-run_build sanitizers "$top/build-asan" check-sanitizers --enable-werror --enable-sanitizers=address,undefined
-echo "=== make distcheck"
+plain="$top/build-plain" asan="$top/build-asan"
+rm -f "$plain/check.status" "$asan/check.status"
+build plain "$plain" --enable-werror
+build sanitizers "$asan" --enable-werror --enable-sanitizers=address,undefined
+[ $status -eq 0 ] || { echo "=== TESTS FAILED (build)"; exit 1; }
+tests plain "$plain" check-full
+plain_job=$!
+tests sanitizers "$asan" check-sanitizers
+asan_job=$!
+wait $plain_job
 t0=$(date +%s)
-if MT_TEST_TIER=fast make -C "$top/build-plain" -j"$(nproc)" distcheck >"$top/build-plain/distcheck.out" 2>&1; then
-    echo "make distcheck: 1 passed, 0 failed"
-    echo "1 passed, 0 failed" >"$top/build-plain/tests/distcheck.log"
+if MT_TEST_TIER=fast make -C "$plain" -j"$(nproc)" distcheck >"$plain/distcheck.out" 2>&1; then
+    distcheck="make distcheck: 1 passed, 0 failed"
+    echo "1 passed, 0 failed" >"$plain/tests/distcheck.log"
 else
-    tail -n 60 "$top/build-plain/distcheck.out"; status=1
-    echo "0 passed, 1 failed" >"$top/build-plain/tests/distcheck.log"
+    distcheck="make distcheck FAILED: $(tail -n 60 "$plain/distcheck.out")"; status=1
+    echo "0 passed, 1 failed" >"$plain/tests/distcheck.log"
 fi
-echo "=== distcheck: $(( $(date +%s) - t0 ))s"
+distcheck_time=$(( $(date +%s) - t0 ))
+wait $asan_job
+report plain "$plain" check-full
+report sanitizers "$asan" check-sanitizers
+echo "=== make distcheck (tests at the fast tier): ${distcheck_time}s"
+echo "$distcheck"
 echo "=== the 15 slowest tests (tests/times.sh)"
-"$top/tests/times.sh" "$top/build-plain" "$top/build-asan" | head -n 15
+"$top/tests/times.sh" "$plain" "$asan" | head -n 15
 echo "=== suite took $(( $(date +%s) - start ))s"
 [ $status -eq 0 ] && echo "=== all tests passed" || echo "=== TESTS FAILED"
 # last: the CUnit-style summary, ending with "N passed, N failed"
-"$top/tests/summary.sh" "$top/build-plain" "$top/build-asan"
+"$top/tests/summary.sh" "$plain" "$asan"
 exit $status

@@ -35,6 +35,26 @@ if [ $rc -eq 0 ] && [ "$got" = '"bytes": 16 "bytes": 1024 ' ]; then
     ok "mpitrain-bench --sizes 16,1K: the allreduce suite measures 16 B and 1 KiB only"
 else bad "mpitrain-bench --sizes 16,1K (exit $rc, measured: $got)"; fi
 
+# the allreduce table at 2 ranks: units in its header, what a time is, a correctness
+# column (every value checked against the exact sum), the same in the JSON
+"$run" 2 "$b/benchmarks/mpitrain-bench" --quick --suite allreduce --sizes 64K --json "$store/w.jsonl" \
+    >"$out" 2>"$err"
+rc=$?
+row=$(awk '$1 == 65536 { print $NF }' "$out")
+if [ $rc -eq 0 ] && grep -q "bytes  *iters  *raw_us  *mt_us  *mt_max_us  *ratio  *extra_us  *algbw_GBps  *busbw_GBps  *wrong" "$out" \
+    && grep -q "each time: the median of 3 repetitions of N calls" "$out" && [ "$row" = 0 ] \
+    && grep -q '"reps": 3, "wrong": 0' "$store/w.jsonl"; then
+    ok "mpitrain-bench's allreduce table: units in the header, what each time is, 0 wrong values at 2 ranks"
+else bad "mpitrain-bench's allreduce table (exit $rc, wrong '$row')"; cat "$out"; fi
+# a budget missed in a quick run is no verdict (one noisy sample): a report budget no
+# machine meets, at 2 ranks
+"$run" 2 "$b/benchmarks/mpitrain-bench" --quick --suite report --budget-report-us 0.001 >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "budget: mt_report .*(over it in this quick run (no verdict: run without --quick))" "$out" \
+    && ! grep -q "NOT met" "$out"; then
+    ok "mpitrain-bench --quick gives no 'NOT met' verdict on a missed budget"
+else bad "mpitrain-bench --quick on a missed budget (exit $rc)"; grep budget "$out"; fi
+
 if [ -n "${MT_SANITIZED:-}" ]; then
     echo "skipped: the scripts run in the plain build"
     finish

@@ -6,7 +6,7 @@
 #    job reruns, resumes from the checkpoint before and completes, no committed checkpoint
 #    lost, none half-written left;
 #  - SIGTERM mid-run: a checkpoint, the preempted status (75), and a rerun resumes and
-#    completes two more epochs;
+#    completes two more epochs; SIGUSR1 to mpirun itself (no supervisor) likewise;
 #  - max_failures exhausted: the error in error.txt and a non-zero exit.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -84,6 +84,24 @@ for np in $nps; do
         ok "$np ranks: SIG$sig to mpitrain-run mid-run: checkpoint, exit 75 (preempted), the rerun resumes and completes"
     else bad "$np ranks: preemption (exit $rc, status '$status', rerun $rc2)"; fi
 done
+
+# what docs/guide.md says to send without a supervisor: SIGUSR1 to mpirun itself (what
+# `timeout --preserve-status -s USR1` sends); mpirun forwards it to the ranks and exits with
+# their status, 75, and with -q Open MPI prints no notice for that expected exit
+name=usr1-mpirun
+mpirun -q --oversubscribe -np 2 "$b/tools/trainer" $common --epochs 60 --name $name >"$out" 2>"$err" &
+mpi=$!
+for _ in $(seq 1 600); do
+    [ -d "$store/runs/$name/checkpoint_000000" ] && break
+    sleep 0.05
+done
+kill -USR1 $mpi
+wait $mpi
+rc=$?
+status=$(sed -n 's/.*"status": *"\([a-z]*\)".*/\1/p' "$store/runs/$name/run.json")
+if [ $rc -eq 75 ] && [ "$status" = preempted ] && ! grep -q "non-zero" "$out" "$err"; then
+    ok "SIGUSR1 to mpirun (-q): checkpoint, exit 75, run.json preempted, no Open MPI notice"
+else bad "SIGUSR1 to mpirun (exit $rc, status '$status')"; cat "$err"; fi
 
 # retries exhausted: the error, error.txt, a non-zero exit
 if exits 1 "$run" 2 "$b/tools/trainer" $common --name exhausted --max-failures 0 --fail-rank 1 \

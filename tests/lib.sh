@@ -66,6 +66,53 @@ need_tier() {
     tier "$1" && return 0
     echo "skipped: tier $1 and above (MT_TEST_TIER=${MT_TEST_TIER:-check})"; exit 77
 }
+# A test acts on and judges only what it made: its own processes, segments, files and
+# ports, never a machine-wide list (other checkouts run the same suite on this machine at
+# the same time, and earlier jobs leave things behind).
+# descendants PID: every descendant of process PID, each before its own (a job started
+# in the background: its launcher, ranks, daemons)
+descendants() {
+    for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done
+}
+# alive PID: the process runs (a zombie does not count)
+alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+# run_seen LIMIT CMD...: CMD in the background under a timeout of LIMIT s, its output in
+# $out and $err; sets rc, $job (the timeout's pid) and $seen (every process of the job
+# seen while it ran: launcher, ranks, daemons), the pids the test then judges
+run_seen() {
+    lim=$1; shift
+    timeout -k 5 "$lim" "$@" >"$out" 2>"$err" &
+    job=$!
+    seen=""
+    while alive $job; do seen="$seen $(descendants $job)"; sleep 0.1; done
+    wait $job 2>/dev/null
+    rc=$?
+    seen=$(echo $job $seen | tr ' ' '\n' | sort -u)
+}
+# shm_of PID...: the library's shared-memory segments in /dev/shm that processes PID...
+# made (each name carries its creator's pid: /dev/shm/mpitrain-KIND-PID-...)
+shm_of() {
+    for p in "$@"; do
+        for k in spawn watch fusion; do ls -d /dev/shm/mpitrain-$k-"$p"-* 2>/dev/null; done
+    done
+}
+# free_ports N: the first of N consecutive TCP ports that no socket on this machine uses
+# (/proc/net/tcp, tcp6), searched from one derived from this test's pid, so two checkouts
+# that run the same test at once get different ones; fails when none is found
+port_used() {
+    cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q "$(printf ':%04X ' "$1")"
+}
+free_ports() {
+    fp=$((20000 + ($$ % 1000) * 8))
+    for _ in $(seq 1 200); do
+        k=0
+        while [ $k -lt "$1" ] && ! port_used $((fp + k)); do k=$((k + 1)); done
+        [ $k -eq "$1" ] && { echo $fp; return 0; }
+        fp=$((fp + $1))
+        [ $fp -gt 30000 ] && fp=20000
+    done
+    return 1
+}
 # scratch NAME: a temporary folder $store (removed on exit) holding $out and $err
 scratch() {
     store=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-$1-test.XXXXXX")
@@ -106,17 +153,6 @@ idx_head() {
       printf "\\$(printf %03o $(($2 >> 8 & 255)))\\$(printf %03o $(($2 & 255)))"
       zcat "$1" | tail -c +9 | head -c $((4 * (nd - 1) + $2 * $3)); }
 }
-# pids_gone PIDFILE...: waits until no process that these files name runs (a missing file
-# names none); false after 20 s
-pids_gone() {
-    for _ in $(seq 1 400); do
-        alive=""
-        for f in "$@"; do [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && alive=1; done
-        [ -z "$alive" ] && return 0
-        sleep 0.05
-    done
-    return 1
-}
 # slurm_log JOB FILE LINE [WRAPPER...]: waits until Slurm job JOB's output FILE has LINE (a
 # grep pattern); false once the job has ended without it, or after $limit s. WRAPPER runs
 # scontrol (the cluster tests' `cluster.sh run`)
@@ -131,34 +167,5 @@ slurm_log() {
     done
     return 1
 }
-# slurm_conf DIR CLUSTER HOST PORT: DIR/slurm.conf with what the Slurm tests share:
-# slurmctld on HOST (Slurm's "name(address)" allowed) at PORT, slurmd at PORT + 1, both as
-# root, munge, and state, spool, pid and log files in DIR (a node's with its name, %n);
-# processes tracked through /proc, no task plugin, cores as the unit, requeue allowed.
-# The caller appends its own settings, nodes and partition.
-slurm_conf() {
-    mkdir -p "$1/state"
-    cat >"$1/slurm.conf" <<CONF
-ClusterName=$2
-SlurmctldHost=$3
-SlurmctldPort=$4
-SlurmdPort=$(($4 + 1))
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-StateSaveLocation=$1/state
-SlurmdSpoolDir=$1/spool.%n
-SlurmctldPidFile=$1/slurmctld.pid
-SlurmdPidFile=$1/slurmd.%n.pid
-SlurmctldLogFile=$1/slurmctld.log
-SlurmdLogFile=$1/slurmd.%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-MpiDefault=none
-JobRequeue=1
-SchedulerType=sched/backfill
-CONF
-}
+# slurm_conf DIR CLUSTER HOST PORT and slurm_munge_start: scripts/slurm/conf.sh
+. "${top_srcdir:-.}/scripts/slurm/conf.sh"

@@ -6,6 +6,7 @@
 #  - without MT_TRAINER the script finds build-plain/tools/trainer under the submit folder,
 #    and says so when there is no trainer anywhere; a request no node can satisfy is
 #    refused by sbatch --test-only (too many tasks) or sbatch (too much memory);
+#  - scripts/slurm/local.sh brings up a one-node Slurm a job runs on, and stops it;
 #  - a running job sent SIGUSR1 (what --signal=B:USR1@N delivers) checkpoints, requeues
 #    itself, resumes and completes, with every iteration once in result.json.
 set -u
@@ -22,23 +23,31 @@ host=$(hostname)
 started_munge=0
 cleanup() {
     scontrol shutdown >/dev/null 2>&1
-    pids_gone "$tmp"/slurm*.pid
+    slurm_stopped "$tmp"
     for f in "$tmp"/slurm*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
     [ $started_munge -eq 1 ] && [ -f /run/munge/munged.pid ] && kill "$(cat /run/munge/munged.pid)" 2>/dev/null
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 
-# munge: its own user must own its folders; as root it refuses to start
-if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
-    mkdir -p /run/munge /etc/munge /var/lib/munge /var/log/munge
-    [ -s /etc/munge/munge.key ] || { dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null; chmod 400 /etc/munge/munge.key; }
-    chown -R munge:munge /run/munge /etc/munge /var/lib/munge /var/log/munge
-    runuser -u munge -- munged --force && started_munge=1
-    for _ in $(seq 1 100); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.05; done
-fi
+# scripts/slurm/local.sh, what setup.sh --slurm offers users: up, a batch job runs on it
+# (sbatch --wait), down; then this test's own Slurm, on its own port
+slurm_munge_start || { bad "munged did not start"; finish; }
+started_munge=$slurm_started_munge
+if MT_SLURM_PORT=6937 sh "$src/scripts/slurm/local.sh" up "$tmp/local" >"$out" 2>"$err" \
+    && grep -q "^export SLURM_CONF=$tmp/local/slurm.conf" "$out" \
+    && SLURM_CONF="$tmp/local/slurm.conf" timeout 120 sbatch --wait --output="$tmp/local/job.out" \
+        --wrap 'echo ran on $(hostname)' >>"$out" 2>>"$err" \
+    && grep -q "^ran on $host" "$tmp/local/job.out" \
+    && sh "$src/scripts/slurm/local.sh" down "$tmp/local" >>"$out" 2>>"$err"; then
+    ok "scripts/slurm/local.sh up: a one-node Slurm where sbatch --wait runs a job; down stops it"
+else bad "scripts/slurm/local.sh up, sbatch, down"; cat "$tmp"/local/slurm*.log 2>/dev/null | tail -n 10
+    SLURM_CONF="$tmp/local/slurm.conf" scontrol shutdown >/dev/null 2>&1; fi
 mem=$(awk '/MemTotal/ { printf "%d", $2 / 1024 * 0.8 }' /proc/meminfo)
-slurm_conf "$tmp" mpitrain-test "$host" 6917
+# ports of this test's own (slurmctld, slurmd): with a fixed one, a second checkout's run
+# of this test at the same time would talk to the first one's slurmctld
+port=$(free_ports 2) || { bad "no two free TCP ports for slurmctld and slurmd"; finish; }
+slurm_conf "$tmp" mpitrain-test "$host" "$port"
 cat >>"$tmp/slurm.conf" <<CONF
 NodeName=$host CPUs=$(nproc) RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES

@@ -14,7 +14,10 @@
 #    joins the job, or any rank stopped in mt_finalize once every rank is there, ends it
 #    with 76 at the stall timeout instead of leaving the others waiting;
 #  - 3 workers with small fusion buckets (the fusion's thread reducing while the caller
-#    computes, many shared-memory barriers) finish, with mpirun -np 3's numbers.
+#    computes, many shared-memory barriers) finish, with mpirun -np 3's numbers;
+#  - "nothing left" in each case counts the job's shared memory too: no segment in
+#    /dev/shm named by one of the job's pids (only the test's own jobs are judged, never
+#    what other jobs on the machine left there).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 need_tier check
@@ -33,23 +36,22 @@ tier full || full=""
 last_field() { # last_field RUN KEY: KEY's value in the last line of result.json
     tail -n 1 "$store/runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n "s/^ *\"$2\": *//p"
 }
+# each job runs through run_seen (tests/lib.sh): its processes (the parent rank, its
+# helper daemon (orted), the spawned ranks) are the pids whose shared memory the test
+# judges, and no other
 [ -n "$full" ] && {
 MT_FUSION_BYTES=65536 "${top_srcdir:-.}/tests/mpirun.sh" 3 "$b/tools/trainer" $common --epochs 2 \
     --name fused-mpirun >"$out" 2>"$err"
-MT_FUSION_BYTES=65536 timeout -k 5 $((limit * 2)) "$b/tools/trainer" --num-workers 3 $common $resume \
-    --epochs 2 --name fused-spawn >"$out" 2>"$err"
-rc=$?
+run_seen $((limit * 2)) env MT_FUSION_BYTES=65536 "$b/tools/trainer" --num-workers 3 $common \
+    $resume --epochs 2 --name fused-spawn
+# shellcheck disable=SC2086
+shm=$(shm_of $seen)
 l1=$(last_field fused-mpirun train_loss); l2=$(last_field fused-spawn train_loss)
-if [ $rc -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ]; then
-    ok "spawn mode, 3 workers, 64 KiB fusion buckets: finishes with mpirun -np 3's train_loss ($l2)"
-else bad "spawn mode, 3 workers, 64 KiB buckets (exit $rc, loss '$l1' vs '$l2')"; fi
+if [ $rc -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ] && [ -z "$shm" ]; then
+    ok "spawn mode, 3 workers, 64 KiB fusion buckets: finishes with mpirun -np 3's train_loss ($l2), no shared memory left"
+else bad "spawn mode, 3 workers, 64 KiB buckets (exit $rc, loss '$l1' vs '$l2'; left: $shm)"; fi
 }
 
-# every descendant of pid $1: the parent rank, its helper daemon (orted), the spawned ranks
-job_pids() {
-    for p in $(pgrep -P "$1"); do echo "$p"; job_pids "$p"; done
-}
-alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
 # waits up to $limit seconds until none of the pids $* runs; prints those left
 left_over() {
     left=$*
@@ -69,18 +71,18 @@ await_checkpoint() {
     return 1
 }
 
-# run_dying NP SITE NAME [ARGS...]: the job with MT_TEST_FAIL_AT=SITE in the background;
-# sets rc and $seen (every process of the job seen while it ran)
+# run_dying NP SITE NAME [ARGS...]: the job with MT_TEST_FAIL_AT=SITE (run_seen); then
+# $left: its processes still running, and $shm: the shared memory any of them left (a
+# job that ends by itself removes its own; the next job's start would remove what a
+# killed one left, so each job is judged before the next starts)
 run_dying() {
     np=$1; site=$2; name=$3; shift 3
-    MT_TEST_FAIL_AT=$site timeout -k 5 "$limit" "$b/tools/trainer" --num-workers "$np" $common \
-        --epochs 1 --name "$name" "$@" >"$out" 2>"$err" &
-    job=$!
-    seen=""
-    while alive $job; do seen="$seen $(job_pids $job)"; sleep 0.1; done
-    wait $job
-    rc=$?
-    seen=$(echo $seen | tr ' ' '\n' | sort -u)
+    run_seen "$limit" env MT_TEST_FAIL_AT="$site" "$b/tools/trainer" --num-workers "$np" \
+        $common --epochs 1 --name "$name" "$@"
+    # shellcheck disable=SC2086
+    left=$(left_over $seen)
+    # shellcheck disable=SC2086
+    shm=$(shm_of $seen | tr '\n' ' ')
 }
 n=0
 nps="2 3" moments="init merge fit-begin fit-end finalize disconnected" victims="child parent"
@@ -90,23 +92,19 @@ for np in $nps; do
         n=$((n + 1))
         victim=$((1 + n % (np - 1))) # at 3 workers, rank 1 or rank 2 by turns
         run_dying $np die-$moment:$victim die-$moment-$np
-        # shellcheck disable=SC2086
-        left=$(left_over $seen)
-        if [ $rc -eq 77 ] && [ -z "$left" ] \
+        if [ $rc -eq 77 ] && [ -z "$left$shm" ] \
             && grep -q "has died; the job cannot go on without it: ending it with status 77" "$err"; then
             ok "spawn mode, $np workers: rank $victim dying at $moment ends the job with 77, nothing left"
-        else bad "spawn mode, $np workers: rank $victim dying at $moment (exit $rc, want 77; left:$left)"; fi
+        else bad "spawn mode, $np workers: rank $victim dying at $moment (exit $rc, want 77; left:$left $shm)"; fi
         # shellcheck disable=SC2086
         [ -n "$left" ] && kill -9 $left 2>/dev/null
     done
 done
 [ -n "$full" ] && for np in 2 3; do
     run_dying $np die-finalize:0 parent-finalize-$np
-    # shellcheck disable=SC2086
-    left=$(left_over $seen)
-    if [ $rc -eq 137 ] && [ -z "$left" ]; then
+    if [ $rc -eq 137 ] && [ -z "$left$shm" ]; then
         ok "spawn mode, $np workers: the parent dying in mt_finalize leaves nothing"
-    else bad "spawn mode, $np workers: parent dying in mt_finalize (exit $rc; left:$left)"; fi
+    else bad "spawn mode, $np workers: parent dying in mt_finalize (exit $rc; left:$left $shm)"; fi
     # shellcheck disable=SC2086
     [ -n "$left" ] && kill -9 $left 2>/dev/null
 done
@@ -115,11 +113,9 @@ done
 [ -n "$full" ] && for victim in 1 0; do
     run_dying 3 stop-finalize:$victim stopped-finalize-$victim --stall-warn 2 --stall-timeout 5
     want=76; [ $victim -eq 0 ] && want=137
-    # shellcheck disable=SC2086
-    left=$(left_over $seen)
-    if [ $rc -eq $want ] && [ -z "$left" ] && grep -q "mt_finalize has waited 5 s for the other ranks" "$err"; then
+    if [ $rc -eq $want ] && [ -z "$left$shm" ] && grep -q "mt_finalize has waited 5 s for the other ranks" "$err"; then
         ok "spawn mode, 3 workers: rank $victim stopped in mt_finalize ends the job (exit $rc), nothing left"
-    else bad "spawn mode, 3 workers: rank $victim stopped in mt_finalize (exit $rc, want $want; left:$left)"; fi
+    else bad "spawn mode, 3 workers: rank $victim stopped in mt_finalize (exit $rc, want $want; left:$left $shm)"; fi
     # shellcheck disable=SC2086
     [ -n "$left" ] && kill -9 $left 2>/dev/null
 done
@@ -129,23 +125,18 @@ done
 export MT_TEST_PAUSE_S=8
 run_dying 3 slow-finalize:0 slow-finalize --stall-warn 2 --stall-timeout 3
 unset MT_TEST_PAUSE_S
-# shellcheck disable=SC2086
-left=$(left_over $seen)
-if [ $rc -eq 0 ] && [ -z "$left" ] && ! grep -q "mt_finalize has waited" "$err"; then
+if [ $rc -eq 0 ] && [ -z "$left$shm" ] && ! grep -q "mt_finalize has waited" "$err"; then
     ok "spawn mode, 3 workers: rank 0 working 8 s after fit (stall timeout 3 s) while the others wait in mt_finalize: the job ends with 0"
-else bad "spawn mode, 3 workers: rank 0 slow before mt_finalize (exit $rc, want 0; left:$left)"; tail -n 5 "$err"; fi
+else bad "spawn mode, 3 workers: rank 0 slow before mt_finalize (exit $rc, want 0; left:$left $shm)"; tail -n 5 "$err"; fi
 # shellcheck disable=SC2086
 [ -n "$left" ] && kill -9 $left 2>/dev/null
 run_dying 2 stop-init:1 stopped-child --stall-warn 2 --stall-timeout 5
-# shellcheck disable=SC2086
-left=$(left_over $seen)
-if [ $rc -eq 76 ] && [ -z "$left" ] && grep -q "1 of the 1 spawned ranks did not join the job within 5 s" "$err"; then
+if [ $rc -eq 76 ] && [ -z "$left$shm" ] && grep -q "1 of the 1 spawned ranks did not join the job within 5 s" "$err"; then
     ok "spawn mode: a spawned rank that hangs before it joins ends the job with 76, nothing left"
-else bad "spawn mode: spawned rank stopped before joining (exit $rc, want 76; left:$left)"; fi
+else bad "spawn mode: spawned rank stopped before joining (exit $rc, want 76; left:$left $shm)"; fi
 # shellcheck disable=SC2086
 [ -n "$left" ] && kill -9 $left 2>/dev/null
 }
-ls /dev/shm/mpitrain-spawn-* >/dev/null 2>&1 && bad "spawn mode leaves its shared memory behind: $(ls /dev/shm/mpitrain-spawn-*)"
 
 for victim in $victims; do
     name=kill-$victim
@@ -154,7 +145,7 @@ for victim in $victims; do
     job=$!
     await_checkpoint $name
     parent=$(pgrep -P $job)
-    pids=$(job_pids $job)
+    pids=$(descendants $job)
     ranks=$(for p in $pids; do [ "$(cat /proc/$p/comm 2>/dev/null)" = trainer ] && echo "$p"; done)
     if [ $victim = child ]; then
         target=$(for p in $ranks; do [ "$p" != "$parent" ] && echo "$p"; done | tail -n 1)
@@ -166,15 +157,17 @@ for victim in $victims; do
     rc=$?
     # shellcheck disable=SC2086
     left=$(left_over $pids)
+    # shellcheck disable=SC2086
+    shm=$(shm_of $pids | tr '\n' ' ')
     if [ $victim = child ]; then
-        if [ -n "$target" ] && [ $rc -eq 77 ] && [ -z "$left" ] \
+        if [ -n "$target" ] && [ $rc -eq 77 ] && [ -z "$left$shm" ] \
             && grep -q "mpitrain: rank [0-9] (host [^)]*): rank 1 (host [^,]*, pid $target) has died; .*ending it with status 77" "$err"; then
             ok "spawn mode: a spawned rank killed ends the job with 77, naming it, nothing left"
-        else bad "spawn mode: spawned rank killed (pid '$target', exit $rc, want 77; left:$left)"; fi
+        else bad "spawn mode: spawned rank killed (pid '$target', exit $rc, want 77; left:$left $shm)"; fi
     else
-        if [ -n "$target" ] && [ -z "$left" ]; then
+        if [ -n "$target" ] && [ -z "$left$shm" ]; then
             ok "spawn mode: the parent killed leaves no spawned rank or daemon (exit $rc)"
-        else bad "spawn mode: parent killed (pid '$target', exit $rc; left:$left)"; fi
+        else bad "spawn mode: parent killed (pid '$target', exit $rc; left:$left $shm)"; fi
     fi
     # shellcheck disable=SC2086
     [ -n "$left" ] && kill -9 $left 2>/dev/null

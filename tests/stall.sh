@@ -43,7 +43,6 @@ await_pids() {
     done
     return 1
 }
-alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
 # a stall warning (before the timeout) from a rank other than $1 that names rank $1
 warned_by_other() {
     grep "^mpitrain: stall: rank [0-9]* (host [^)]*) has waited [0-9.]* s in .*not arrived: rank $1 (host [^,]*, pid $2) silent for" "$err" \

@@ -551,9 +551,23 @@ static void test_resume_from_checkpoint(void)
                                                            "resume_from_checkpoint")), src);
         json_decref(p);
     }
-    /* a path that is not a checkpoint: the same error on every rank, nothing runs */
+    /* a run directory means its latest checkpoint */
     char bad[1200];
-    snprintf(bad, sizeof bad, "%s/from_src", mt_test_storage()); /* a run, not a checkpoint */
+    snprintf(bad, sizeof bad, "%s/from_src", mt_test_storage());
+    mt_result *src_res = NULL;
+    MT_ASSERT_INT_EQ(mt_result_load(bad, &src_res), MT_OK);
+    cfg.run.name = "from_run";
+    cfg.run.resume_from_checkpoint = bad;
+    from_arg d = {0};
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, starts_from, &d, &res), MT_OK);
+    MT_ASSERT_INT_EQ(d.with_checkpoint, 1);
+    if (src_res && mt_result_checkpoint(src_res))
+        MT_ASSERT_STR_CONTAINS(d.path, strrchr(mt_checkpoint_path(mt_result_checkpoint(src_res)), '/'));
+    mt_result_free(&src_res);
+    mt_result_free(&res);
+    /* a folder that is neither a checkpoint nor a run: the same error on every rank,
+     * nothing runs, and the new run leaves no folder */
+    snprintf(bad, sizeof bad, "%s", mt_test_storage());
     cfg.run.name = "from_bad";
     cfg.run.resume_from_checkpoint = bad;
     from_arg c = {0};
@@ -561,6 +575,7 @@ static void test_resume_from_checkpoint(void)
     MT_ASSERT_INT_EQ(c.calls, 0);
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), "run.resume_from_checkpoint: ");
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), bad);
+    CU_ASSERT(access(run_dir("from_bad"), F_OK) != 0);
     mt_result_free(&res);
     snprintf(bad, sizeof bad, "%s/nowhere", mt_test_storage());
     cfg.run.name = "from_bad2";

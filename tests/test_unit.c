@@ -1,17 +1,24 @@
 /*
  * test_unit.c -- single-process tests: the error table, per-thread messages, config
- * defaults, validation and the command line, the growable array.
+ * defaults, validation and the command line, the growable array, the judgement of
+ * leftover shared memory.
  */
 #include "harness.h"
 
 #include "../runtime/runtime.h"
+#include "../collectives/watchdog.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static void test_error_table(void)
 {
@@ -793,6 +800,194 @@ static void test_calls_after_finalize(void)
     MT_ASSERT_INT_EQ(mt_job_size(), 1);
 }
 
+/* ------------------------------------------------------------ stale shared memory */
+
+typedef struct {
+    char seen[16][256];
+    int n;
+} stale_seen;
+
+static void note_stale(const char *path, const char *why, void *arg)
+{
+    stale_seen *s = arg;
+    if (s->n < 16)
+        snprintf(s->seen[s->n++], sizeof s->seen[0], "%s: %s", strrchr(path, '/') + 1, why);
+}
+
+/* The line of s for segment name, or "" */
+static const char *stale_line(const stale_seen *s, const char *name)
+{
+    for (int i = 0; i < s->n; i++)
+        if (!strncmp(s->seen[i], name, strlen(name)) && s->seen[i][strlen(name)] == ':')
+            return s->seen[i];
+    return "";
+}
+
+static void plant(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fclose(f);
+}
+
+static bool planted(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* Segments whose creator is gone (dead pid, zombie, pid reused by a process started at
+ * another time; the older names without a start time when no process has the pid) are
+ * listed and removed; every other one is kept: a live creator, an older name whose pid
+ * runs, another pid namespace, another user, names not of the library's form. */
+static void test_stale_shm(void)
+{
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/mpitrain-unit-shm-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    int me = (int)getpid();
+    unsigned long long start = mt__process_start(me), space = mt__pid_space();
+    CU_ASSERT_FATAL(start != 0 && space != 0);
+    pid_t dead = fork();
+    CU_ASSERT_FATAL(dead >= 0);
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0);
+    pid_t zombie = fork(); /* exits, not waited for until the end */
+    CU_ASSERT_FATAL(zombie >= 0);
+    if (zombie == 0)
+        _exit(0);
+    for (int i = 0; i < 1000; i++) { /* until it is a zombie */
+        char st = 0;
+        uint64_t t;
+        if (mt__process_stat(zombie, &st, &t) == 0 && st == 'Z')
+            break;
+        usleep(1000);
+    }
+    unsigned long long zstart = mt__process_start(zombie);
+    char gone[6][128], kept[10][128];
+    snprintf(gone[0], sizeof gone[0], "mpitrain-spawn-%d-%llu-%llu-0", (int)dead, start, space);
+    snprintf(gone[1], sizeof gone[1], "mpitrain-watch-%d-%llu-%llu-3", me, start + 1, space);
+    snprintf(gone[2], sizeof gone[2], "mpitrain-fusion-%d-%llu-%llu-1", (int)zombie, zstart,
+             space);
+    snprintf(gone[3], sizeof gone[3], "mpitrain-spawn-%d-0", (int)dead);
+    snprintf(gone[4], sizeof gone[4], "mpitrain-watch-%d-7", (int)zombie);
+    snprintf(gone[5], sizeof gone[5], "mpitrain-spawn-%d-%llu-0-2", (int)dead, start);
+    snprintf(kept[0], sizeof kept[0], "mpitrain-fusion-%d-%llu-%llu-0", me, start, space);
+    snprintf(kept[1], sizeof kept[1], "mpitrain-spawn-%d-0", me); /* older name: pid runs */
+    snprintf(kept[2], sizeof kept[2], "mpitrain-watch-%d-%llu-%llu-0", (int)dead, start,
+             space + 1); /* another pid namespace */
+    snprintf(kept[3], sizeof kept[3], "mpitrain-other-%d-0", (int)dead);
+    snprintf(kept[4], sizeof kept[4], "mpitrain-spawn-%d-1-2", (int)dead);
+    snprintf(kept[5], sizeof kept[5], "mpitrain-spawn-%d-x", (int)dead);
+    snprintf(kept[6], sizeof kept[6], "mpitrain-spawn-0-0");
+    snprintf(kept[7], sizeof kept[7], "mpitrain-spawn-%d-1-2-3-4-5", (int)dead);
+    snprintf(kept[8], sizeof kept[8], "mpitrain-watch-%d-1", (int)dead); /* a folder */
+    snprintf(kept[9], sizeof kept[9], "mpitrain-fusion-%d-2", (int)dead); /* another user's */
+    for (int i = 0; i < 6; i++)
+        plant(dir, gone[i]);
+    for (int i = 0; i < 8; i++)
+        plant(dir, kept[i]);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, kept[8]);
+    CU_ASSERT(mkdir(path, 0700) == 0);
+    int other_user = geteuid() == 0;
+    if (other_user) {
+        plant(dir, kept[9]);
+        snprintf(path, sizeof path, "%s/%s", dir, kept[9]);
+        CU_ASSERT(chown(path, 65534, 65534) == 0);
+    }
+
+    stale_seen s = {.n = 0};
+    MT_ASSERT_INT_EQ(mt__shm_reap(dir, false, note_stale, &s), 6);
+    MT_ASSERT_INT_EQ(s.n, 6);
+    char want[256];
+    snprintf(want, sizeof want, "its creator, pid %d, has exited", (int)dead);
+    MT_ASSERT_STR_CONTAINS(stale_line(&s, gone[0]), want);
+    MT_ASSERT_STR_CONTAINS(stale_line(&s, gone[3]), want);
+    MT_ASSERT_STR_CONTAINS(stale_line(&s, gone[5]), want);
+    snprintf(want, sizeof want, "its creator, pid %d started at tick %llu, has exited (pid %d "
+             "is now a process started at tick %llu)", me, start + 1, me, start);
+    MT_ASSERT_STR_CONTAINS(stale_line(&s, gone[1]), want);
+    MT_ASSERT_STR_CONTAINS(stale_line(&s, gone[2]), "(a zombie)");
+    MT_ASSERT_STR_CONTAINS(stale_line(&s, gone[4]), "(a zombie)");
+    for (int i = 0; i < 6; i++) /* listing removes nothing */
+        CU_ASSERT(planted(dir, gone[i]));
+
+    s.n = 0;
+    MT_ASSERT_INT_EQ(mt__shm_reap(dir, true, note_stale, &s), 6);
+    MT_ASSERT_INT_EQ(s.n, 6);
+    for (int i = 0; i < 6; i++) {
+        MT_ASSERT_INT_EQ(planted(dir, gone[i]), false);
+        MT_ASSERT_INT_EQ(stale_line(&s, gone[i])[0] != '\0', true);
+    }
+    for (int i = 0; i < 9 + other_user; i++)
+        MT_ASSERT_INT_EQ(planted(dir, kept[i]), true);
+    MT_ASSERT_INT_EQ(mt__shm_reap(dir, true, NULL, NULL), 0);
+    waitpid(zombie, NULL, 0);
+
+    snprintf(path, sizeof path, "%s/nowhere", dir);
+    MT_ASSERT_INT_EQ(mt__shm_reap(path, true, NULL, NULL), 0); /* no folder: nothing */
+    snprintf(path, sizeof path, "%s/%s", dir, kept[8]);
+    rmdir(path);
+    for (int i = 0; i < 10; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, kept[i]);
+        unlink(path);
+    }
+    CU_ASSERT(rmdir(dir) == 0);
+
+    /* the library's own names carry pid, start time and namespace; a process that ends
+     * the job removes those it still holds */
+    char name[MT__SHM_NAME_LEN], prefix[128];
+    int fd = mt__shm_create("watch", name, sizeof name);
+    CU_ASSERT_FATAL(fd >= 0);
+    close(fd);
+    snprintf(prefix, sizeof prefix, "/mpitrain-watch-%d-%llu-%llu-", me, start, space);
+    MT_ASSERT_INT_EQ(strncmp(name, prefix, strlen(prefix)), 0);
+    s.n = 0;
+    MT_ASSERT_INT_EQ(mt__shm_reap(MT__SHM_DIR, false, note_stale, &s) >= 0, true);
+    MT_ASSERT_STR_EQ(stale_line(&s, name + 1), ""); /* its creator runs: not stale */
+    mt__shm_unlink_own();
+    fd = shm_open(name, O_RDONLY, 0);
+    MT_ASSERT_INT_EQ(fd, -1);
+    if (fd >= 0) {
+        close(fd);
+        shm_unlink(name);
+    }
+    /* a process that ends the job itself (mt__end_job) leaves none of its names */
+    int pipefd[2];
+    CU_ASSERT_FATAL(pipe(pipefd) == 0);
+    pid_t ender = fork();
+    CU_ASSERT_FATAL(ender >= 0);
+    if (ender == 0) {
+        char mine[MT__SHM_NAME_LEN] = "";
+        int f2 = mt__shm_create("fusion", mine, sizeof mine);
+        if (f2 < 0 || write(pipefd[1], mine, sizeof mine) != (ssize_t)sizeof mine)
+            _exit(1);
+        mt__end_job(MPI_COMM_NULL, 3, NULL, 1.0);
+    }
+    close(pipefd[1]);
+    char theirs[MT__SHM_NAME_LEN] = "";
+    ssize_t got = read(pipefd[0], theirs, sizeof theirs);
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(ender, &status, 0);
+    MT_ASSERT_INT_EQ(got, (ssize_t)sizeof theirs);
+    MT_ASSERT_INT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 3);
+    snprintf(prefix, sizeof prefix, "/mpitrain-fusion-%d-", (int)ender);
+    MT_ASSERT_INT_EQ(strncmp(theirs, prefix, strlen(prefix)), 0);
+    fd = theirs[0] ? shm_open(theirs, O_RDONLY, 0) : -1;
+    MT_ASSERT_INT_EQ(fd, -1);
+    if (fd >= 0) {
+        close(fd);
+        shm_unlink(theirs);
+    }
+}
+
 static const mt_test tests[] = {
     {"format_doubles", test_format_doubles},
     {"metrics", test_metrics},
@@ -815,6 +1010,7 @@ static const mt_test tests[] = {
     {"names_from_users", test_names_from_users},
     {"sizes_that_overflow", test_sizes_that_overflow},
     {"growable_array", test_growable_array},
+    {"stale_shm", test_stale_shm},
     {"calls_after_finalize", test_calls_after_finalize}, /* last: MPI is gone after it */
     {NULL, NULL},
 };

@@ -15,7 +15,7 @@ cats="compute data collective agree fusion_wait report checkpoint"
 
 check_ranks() { # check_ranks RUN NP CATEGORY...: every rank's file passes trace_check
     d="$store/runs/$1/trace"; np=$2; shift 2
-    [ "$(ls "$d" | wc -l)" -eq "$np" ] || { echo "expected $np files in $d: $(ls "$d")" >>"$err"; return 1; }
+    [ "$(ls "$d" | grep -c '^rank_')" -eq "$np" ] || { echo "expected $np rank files in $d: $(ls "$d")" >>"$err"; return 1; }
     r=0
     while [ $r -lt "$np" ]; do
         "$b/tests/trace_check" "$d/rank_$r.json" $r "$@" >>"$out" 2>>"$err" || return 1
@@ -31,6 +31,20 @@ for np in 1 2; do
     if [ $rc -eq 0 ] && check_ranks traced-$np $np $want; then
         ok "--trace at $np rank(s): one valid trace per rank with every category ($want)"
     else bad "--trace at $np rank(s) (exit $rc)"; fi
+    # the job's one file: every rank's events, each rank its own pid, as many as the rank
+    # files hold (trace_check validates one rank's events at a time, so it reads the ranks
+    # out of the merged file)
+    j="$store/runs/traced-$np/trace/job.json"
+    merged=0; r=0
+    while [ $r -lt "$np" ]; do
+        n_rank=$(grep -o '"pid":[0-9]*' "$store/runs/traced-$np/trace/rank_$r.json" | grep -c "\"pid\":$r\$")
+        n_job=$(grep -o '"pid":[0-9]*' "$j" 2>/dev/null | grep -c "\"pid\":$r\$")
+        [ "$n_rank" -gt 0 ] && [ "$n_rank" = "$n_job" ] && merged=$((merged + 1))
+        r=$((r + 1))
+    done
+    if [ $merged -eq "$np" ] && /usr/bin/python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$j" 2>>"$err"; then
+        ok "--trace at $np rank(s): trace/job.json holds every rank's events in one valid file"
+    else bad "--trace at $np rank(s): trace/job.json ($merged of $np ranks merged)"; fi
 
     "$b/tools/mpitrain-show" "$store/runs/traced-$np" --timeline >"$out" 2>"$err"
     rc=$?
@@ -85,12 +99,13 @@ rc1=$?
 "$run" 2 "$b/tools/trainer" $common --name again --trace >"$out" 2>"$err"
 rc2=$?
 d="$store/runs/again/trace"
-if [ $rc1 -eq 1 ] && [ $rc2 -eq 0 ] && [ "$(ls "$d" | wc -l)" -eq 4 ] \
+if [ $rc1 -eq 1 ] && [ $rc2 -eq 0 ] && [ "$(ls "$d" | grep -c '^rank_')" -eq 4 ] \
+    && [ -f "$d/job.json" ] && [ -f "$d/job.1.json" ] \
     && "$b/tests/trace_check" "$d/rank_1.1.json" 1 compute data agree >>"$out" 2>>"$err" \
     && "$b/tests/trace_check" "$d/rank_1.json" 1 compute data agree report >>"$out" 2>>"$err" \
     && "$b/tools/mpitrain-show" "$store/runs/again" --timeline >"$out" 2>>"$err" \
     && grep -q "(2 ranks;" "$out"; then
-    ok "a resumed run keeps the failed attempt's trace as rank_R.1.json; the summary reads the latest"
+    ok "a resumed run keeps the failed attempt's trace as rank_R.1.json and job.1.json; the summary reads the latest"
 else bad "trace of a resumed run (exits $rc1, $rc2): $(ls "$d" | tr '\n' ' ')"; fi
 
 # many threads at once, each recording more spans than its buffer holds

@@ -116,7 +116,7 @@ lists_only() {
 }
 
 # mpitrain-info: only its options; nothing written unless asked
-lists_only tools/mpitrain-info "--cpus-per-worker --help --name --num-workers --storage-path"
+lists_only tools/mpitrain-info "--cpus-per-worker --help --name --num-workers --stale-shm --storage-path"
 rm -rf "$HOME/mpitrain_results"
 "$run" 2 "$b/tools/mpitrain-info" >"$out" 2>"$err"
 rc=$?

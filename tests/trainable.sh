@@ -29,9 +29,10 @@ want_rows=$(i=1; while [ $i -le $n ]; do printf '%d/%d ' $i $i; i=$((i + 1)); do
 # last NAME KEY: KEY's value in the last row
 last() { tail -n 1 "$store/runs/$1/result.json" | tr ',{}' '\n\n\n' | sed -n "s/^ *\"$2\": *\([^ ]\)/\1/p" | head -n 1; }
 status() { sed -n 's/.*"status": *"\([a-z]*\)".*/\1/p' "$store/runs/$1/run.json"; }
-# rank_pid NAME R: the pid of rank R of the job running run NAME
+# rank_pid JOB R: the pid of rank R of the job started as process JOB (among its
+# descendants only: other checkouts run the same runs on this machine)
 rank_pid() {
-    for p in $(pgrep -f -- "--name $1\$"); do
+    for p in $(descendants "$1"); do
         [ "$(cat /proc/$p/comm 2>/dev/null)" = trainable-examp ] || continue
         r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
         [ "$r" = "$2" ] && echo "$p" && return
@@ -62,7 +63,7 @@ for np in 1 2 3; do
     sup=$!
     victim=""
     if wait_for "$store/runs/$name/checkpoint_000002"; then
-        victim=$(rank_pid $name $((np - 1)))
+        victim=$(rank_pid $sup $((np - 1)))
         [ -n "$victim" ] && kill -9 "$victim"
     fi
     wait $sup
@@ -87,7 +88,8 @@ for np in 1 2 3; do
     fi
     to=""
     if wait_for "$store/runs/$name/checkpoint_000001"; then
-        to=$(pgrep -f -- "^[^ ]*$who .*--name $name\$" | head -n 1)
+        to=$(for p in $(pgrep -P $job); do
+            [ "$(cat /proc/$p/comm 2>/dev/null)" = $who ] && echo "$p"; done | head -n 1)
         [ -n "$to" ] && kill -$sig "$to"
     fi
     wait $job
@@ -144,6 +146,21 @@ if [ -s "$store/demo.c" ] && mpicc ${MT_SAN_FLAGS:-} -I"${top_srcdir:-.}/include
         && [ "$(status demo-class)" = finished ]; then
         ok "docs/guide.md's trainable example builds and converges at 2 ranks"
     else bad "docs/guide.md's trainable example (exit $rc)"; fi
+    # the same argument checks as README's first example: --help trains nothing, a typo'd
+    # flag is refused (exit 2) before a run folder exists
+    LD_LIBRARY_PATH="$b/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" MT_STORAGE_PATH="$store/runs" \
+        "$run" 1 -x LD_LIBRARY_PATH -x MT_STORAGE_PATH "$store/demo" --name class-help --help >"$out" 2>"$err"
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "^usage: mpirun -np N demo-class" "$out" && grep -q -- "--num-workers" "$out" \
+        && [ ! -e "$store/runs/class-help" ]; then
+        ok "the trainable example's --help prints its usage and the library's options, and trains nothing"
+    else bad "the trainable example's --help (exit $rc)"; fi
+    LD_LIBRARY_PATH="$b/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" MT_STORAGE_PATH="$store/runs" \
+        "$run" 1 -x LD_LIBRARY_PATH -x MT_STORAGE_PATH "$store/demo" --name class-typo --itterations 5 >"$out" 2>"$err"
+    rc=$?
+    if [ $rc -eq 2 ] && grep -q "unknown option '--itterations'" "$err" && [ ! -e "$store/runs/class-typo" ]; then
+        ok "the trainable example refuses an unknown flag (exit 2) before anything runs"
+    else bad "the trainable example with an unknown flag (exit $rc)"; cat "$err"; fi
 else bad "docs/guide.md's trainable example does not build"; fi
 
 finish

@@ -2,6 +2,7 @@
  * mpitrain-info -- print where every rank of a job sits: world and local rank, node rank,
  * the number and list of CPUs it may use, and its host name. A quick check of a launch line (binding, mapping, node count)
  * before a long job: `mpirun -np 4 --map-by slot:PE=2 --bind-to core mpitrain-info`.
+ * With --stale-shm, what the next job's start would remove from /dev/shm (no MPI at all).
  */
 #include <mpitrain.h>
 
@@ -27,7 +28,11 @@ static void usage(FILE *out)
             "like a training job would. It runs as a job of its own, whose run directory goes to\n"
             "a temporary folder removed at exit; with --name or --storage-path (or MT_NAME,\n"
             "MT_STORAGE_PATH) it is kept there instead.\n\n"
-            "  --help                               this text\n");
+            "  --help                               this text\n"
+            "  --stale-shm                          (alone, no launcher) list the shared memory in\n"
+            "                                       /dev/shm that jobs killed outright left\n"
+            "                                       behind, which the next job to start on this\n"
+            "                                       machine removes; removes nothing itself\n");
     const mt_trainer_config shown = {.run = {.name = "mpitrain-info",
                                              .storage_path = "a temporary folder, removed at exit"}};
     mt_config_help_only(out, &shown, lib_options);
@@ -88,8 +93,38 @@ static int report(mt_context *c, void *arg)
     return rc;
 }
 
+static void print_stale(const char *path, const char *why, void *arg)
+{
+    (void)arg;
+    printf("%s: %s\n", path, why);
+}
+
+/* --stale-shm: before mt_init, which would remove what this lists */
+static int stale_shm(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "mpitrain-info: --stale-shm takes no other argument (see --help)\n");
+        return MT_EXIT_USAGE;
+    }
+    (void)argv;
+    int n = mt_stale_shm(false, print_stale, NULL);
+    if (n < 0) {
+        fprintf(stderr, "mpitrain-info: %s\n", mt_last_error());
+        return 1;
+    }
+    if (n == 0)
+        printf("no stale shared memory in /dev/shm\n");
+    else
+        printf("%d stale segment%s in /dev/shm: the next job to start on this machine "
+               "removes %s\n", n, n == 1 ? "" : "s", n == 1 ? "it" : "them");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--stale-shm"))
+            return stale_shm(argc, argv);
     /* a diagnostic: its run directory is replaced every time */
     static const char default_name[] = "mpitrain-info";
     mt_trainer_config cfg = {.run = {.name = default_name, .overwrite = true}};

@@ -22,14 +22,19 @@
 
 #define MAX_METRICS 16
 
+/* Kept checkpoints listed without --all (a run keeping every one has thousands). */
+#define SHOWN_CHECKPOINTS 10
+
 static void usage(FILE *out)
 {
     fprintf(out,
-        "usage: mpitrain-show RUN_DIR [--plot FILE.png [--metric KEY]... [--log]] [--timeline]\n"
+        "usage: mpitrain-show RUN_DIR [--all] [--plot FILE.png [--metric KEY]... [--log]] [--timeline]\n"
         "\n"
         "Prints a run's status, attempts and failures, its kept checkpoints (best first by\n"
-        "the run's checkpoint score attribute) and its last reported metrics.\n"
+        "the run's checkpoint score attribute) and its last reported metrics. Of many kept\n"
+        "checkpoints it lists the first %d and the latest, and says how many it left out.\n"
         "\n"
+        "  --all            list every kept checkpoint\n"
         "  --plot FILE.png  draw the learning curves with gnuplot (Debian package gnuplot-nox)\n"
         "                   (one panel per metric; the per-rank min-max band where the run\n"
         "                   recorded one; kept checkpoints as dots, the best as a star,\n"
@@ -39,7 +44,7 @@ static void usage(FILE *out)
         "                   time keys)\n"
         "  --log            a logarithmic y axis for every metric whose values are all > 0\n"
         "  --timeline       where each rank's step time went (needs a run made with --trace)\n"
-        "  --help           this text\n");
+        "  --help           this text\n", SHOWN_CHECKPOINTS);
 }
 
 /* Text from the run directory on the terminal: control characters (escape sequences,
@@ -412,7 +417,7 @@ int main(int argc, char **argv)
 {
     const char *dir = NULL, *png = NULL, *wanted[MAX_METRICS];
     int nwanted = 0;
-    bool timeline = false, log = false;
+    bool timeline = false, log = false, all = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -423,6 +428,8 @@ int main(int argc, char **argv)
             timeline = true;
         else if (!strcmp(argv[i], "--log"))
             log = true;
+        else if (!strcmp(argv[i], "--all"))
+            all = true;
         else if (!strcmp(argv[i], "--metric") && i + 1 < argc && nwanted < MAX_METRICS)
             wanted[nwanted++] = argv[++i];
         else if (argv[i][0] == '-' || dir) {
@@ -471,9 +478,14 @@ int main(int argc, char **argv)
     printf("checkpoints (%zu kept, %s%s%s)\n", mt_result_num_best(r),
            attr ? "best first by " : "newest first", attr ? attr : "",
            attr ? (lower ? ", lower is better" : ", higher is better") : "");
+    size_t left_out = 0;
     for (size_t i = 0; i < mt_result_num_best(r); i++) {
         const mt_metrics *m = NULL;
         const mt_checkpoint *ck = mt_result_best(r, i, &m);
+        if (!all && i >= SHOWN_CHECKPOINTS && ck != mt_result_checkpoint(r)) {
+            left_out++;
+            continue;
+        }
         double score = NAN;
         int64_t it = 0;
         mt_metrics_get_i64(m, "training_iteration", &it);
@@ -485,6 +497,8 @@ int main(int argc, char **argv)
             printf(" %s %s", attr, number_text(score));
         printf("%s\n", ck == mt_result_checkpoint(r) ? "  (latest)" : "");
     }
+    if (left_out)
+        printf("  ... %zu more not listed (--all lists every one)\n", left_out);
     if (mt_result_metrics(r)) {
         printf("last metrics\n");
         print_metrics(mt_result_metrics(r), "  ");
