@@ -65,6 +65,7 @@ for np in 1 2 3; do
     # (the job waits for the test there; 0 and 1 are committed); the rerun resumes from 1
     name=kill-$np
     go="$store/go.$name"
+    : >"$err" # emptied before the job starts: the pause seen is this job's
     MT_TEST_COMMIT_PAUSE=$limit MT_TEST_COMMIT_PAUSE_AT=2 MT_TEST_COMMIT_RESUME_FILE="$go" \
         timeout -k 5 $limit "$b/tools/mpitrain-run" --max-failures 2 -- mpirun --oversubscribe -np "$np" \
         -x MT_TEST_COMMIT_PAUSE -x MT_TEST_COMMIT_PAUSE_AT -x MT_TEST_COMMIT_RESUME_FILE \
@@ -94,6 +95,7 @@ for np in 1 2 3; do
     go="$store/go.$name"
     pause="MT_TEST_COMMIT_PAUSE=$limit MT_TEST_COMMIT_PAUSE_AT=1 MT_TEST_COMMIT_RESUME_FILE=$go"
     xs="-x MT_TEST_COMMIT_PAUSE -x MT_TEST_COMMIT_PAUSE_AT -x MT_TEST_COMMIT_RESUME_FILE"
+    : >"$err"
     if [ "$np" -eq 1 ]; then
         env $pause timeout -k 5 $limit "$b/tools/mpitrain-run" -- mpirun --oversubscribe -np 1 $xs \
             "$ex" $common --step-delay-ms 150 --name $name >"$out" 2>"$err" &
