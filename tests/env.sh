@@ -8,6 +8,12 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader,tcp}
 export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
 export OMPI_MCA_osc=${OMPI_MCA_osc:-sm,pt2pt}
+# one host: TCP (spawn mode's parent and children, the launcher's daemons) over loopback
+# only, so that an interface the emulated cluster adds or removes meanwhile (tests/cluster.sh's
+# bridges, of this suite or of another checkout's) is never tried: spawn.sh once failed with
+# "bind on local address (10.81.4.254:0) failed". The cluster tests set their own subnet.
+export OMPI_MCA_btl_tcp_if_include=${OMPI_MCA_btl_tcp_if_include:-lo}
+export OMPI_MCA_oob_tcp_if_include=${OMPI_MCA_oob_tcp_if_include:-lo}
 # Open MPI leaks at MPI_Finalize; tests/lsan.supp names only its libraries, and needs
 # full stacks to match them.
 supp="${top_srcdir:-.}/tests/lsan.supp"
