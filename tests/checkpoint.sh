@@ -43,6 +43,7 @@ done
 
 # SIGKILL of rank 0 while it writes the second checkpoint: the first still loads
 name=crash
+: >"$err" # emptied before the job starts: the pid read is this job's
 MT_TEST_COMMIT_PAUSE=60 MT_TEST_COMMIT_PAUSE_AT=1 \
     "$run" 2 -x MT_TEST_COMMIT_PAUSE -x MT_TEST_COMMIT_PAUSE_AT "$probe" twice "$name" 100 >"$out" 2>"$err" &
 job=$!

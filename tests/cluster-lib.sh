@@ -84,6 +84,7 @@ cluster_train() {
     go="$store/go.$name"
     rm -f "$go"
     "$cl" -n "$cname" hostfile 2 2 >/dev/null
+    : >"$err" # emptied before the job starts: the pause seen is this job's
     MT_TEST_COMMIT_PAUSE=$climit MT_TEST_COMMIT_PAUSE_AT=2 MT_TEST_COMMIT_RESUME_FILE="$go" \
         timeout -k 10 $climit "$cl" -n "$cname" run "$b/tools/mpitrain-run" --max-failures 2 \
         --host-discovery "$cl -n $cname hosts" -- mpirun -x MT_TEST_COMMIT_PAUSE \

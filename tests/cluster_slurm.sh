@@ -22,7 +22,7 @@ tmp=$store
 state=/run/mpitrain-cluster/$cname
 slurm_down() {
     "$cl" -n "$cname" run scontrol shutdown >/dev/null 2>&1
-    pids_gone "$tmp"/slurm*.pid
+    slurm_stopped "$tmp"
     cluster_down # the slurmd processes with their nodes; slurmctld and munged by MT_CLUSTER_RUN
 }
 trap slurm_down EXIT

@@ -35,6 +35,7 @@ for np in $nps; do
     # for the test there, three epochs before the end); the rerun does not pause
     name=kill-$np
     go="$store/go.$name"
+    : >"$err" # emptied before the job starts: the pid read is this job's
     MT_TEST_COMMIT_PAUSE=$limit MT_TEST_COMMIT_PAUSE_AT=1 MT_TEST_COMMIT_RESUME_FILE="$go" \
         timeout -k 5 $limit "$b/tools/mpitrain-run" --max-failures 2 -- mpirun --oversubscribe \
         -np "$np" -x MT_TEST_COMMIT_PAUSE -x MT_TEST_COMMIT_PAUSE_AT -x MT_TEST_COMMIT_RESUME_FILE \

@@ -153,17 +153,6 @@ idx_head() {
       printf "\\$(printf %03o $(($2 >> 8 & 255)))\\$(printf %03o $(($2 & 255)))"
       zcat "$1" | tail -c +9 | head -c $((4 * (nd - 1) + $2 * $3)); }
 }
-# pids_gone PIDFILE...: waits until no process that these files name runs (a missing file
-# names none); false after 20 s
-pids_gone() {
-    for _ in $(seq 1 400); do
-        alive=""
-        for f in "$@"; do [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && alive=1; done
-        [ -z "$alive" ] && return 0
-        sleep 0.05
-    done
-    return 1
-}
 # slurm_log JOB FILE LINE [WRAPPER...]: waits until Slurm job JOB's output FILE has LINE (a
 # grep pattern); false once the job has ended without it, or after $limit s. WRAPPER runs
 # scontrol (the cluster tests' `cluster.sh run`)

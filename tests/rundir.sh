@@ -38,6 +38,7 @@ paused_pid() {
 # --- a second job while the first holds the run
 name=owned
 rm -f "$store/go"
+: >"$store/err1" # emptied before the job starts: no pid of an earlier job is read
 MT_TEST_COMMIT_PAUSE=600 MT_TEST_COMMIT_PAUSE_AT=2 MT_TEST_COMMIT_RESUME_FILE="$store/go" \
     "$run" 2 -x MT_TEST_COMMIT_PAUSE -x MT_TEST_COMMIT_PAUSE_AT -x MT_TEST_COMMIT_RESUME_FILE \
     "$probe" report "$name" 10 >"$store/out1" 2>"$store/err1" &
@@ -61,6 +62,7 @@ else bad "the holder after the refusal (exit $rc, rows '$(iters $name)', csv '$(
 
 # --- SIGKILL of the holder: the lock goes with it, a rerun resumes
 name=killed
+: >"$store/err1"
 MT_TEST_COMMIT_PAUSE=600 MT_TEST_COMMIT_PAUSE_AT=2 \
     "$run" 2 -x MT_TEST_COMMIT_PAUSE -x MT_TEST_COMMIT_PAUSE_AT \
     "$probe" report "$name" 10 >"$store/out1" 2>"$store/err1" &

@@ -23,7 +23,7 @@ host=$(hostname)
 started_munge=0
 cleanup() {
     scontrol shutdown >/dev/null 2>&1
-    pids_gone "$tmp"/slurm*.pid
+    slurm_stopped "$tmp"
     for f in "$tmp"/slurm*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
     [ $started_munge -eq 1 ] && [ -f /run/munge/munged.pid ] && kill "$(cat /run/munge/munged.pid)" 2>/dev/null
     rm -rf "$tmp"

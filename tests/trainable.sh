@@ -38,8 +38,13 @@ rank_pid() {
         [ "$r" = "$2" ] && echo "$p" && return
     done
 }
-wait_for() { # wait_for PATH: up to 30 s
-    for _ in $(seq 1 600); do [ -e "$1" ] && return 0; sleep 0.05; done
+# paused ERR PID: waits until rank 0 of the job PID pauses inside a commit (its line in
+# ERR); false if the job ends first
+paused() {
+    while kill -0 "$2" 2>/dev/null; do
+        grep -q "test hook: pid [0-9]* pausing" "$1" && return 0
+        sleep 0.05
+    done
     return 1
 }
 # same NAME CLEAN: every iteration once, in order, the model's count equal, same final loss
@@ -56,42 +61,57 @@ for np in 1 2 3; do
         ok "$np ranks: $n iterations, a checkpoint each, the model's count equals training_iteration"
     else bad "$np ranks: clean run (exit $rc)"; fi
 
-    # SIGKILL of the last rank once checkpoint_000002 exists (3 iterations reported)
+    # SIGKILL of the last rank while rank 0 is paused inside the commit of checkpoint 2
+    # (the job waits for the test there; 0 and 1 are committed); the rerun resumes from 1
     name=kill-$np
-    timeout -k 5 $limit "$b/tools/mpitrain-run" --max-failures 2 -- mpirun --oversubscribe -np "$np" \
-        "$ex" $common --step-delay-ms 150 --name $name >"$out" 2>"$err" &
+    go="$store/go.$name"
+    : >"$err" # emptied before the job starts: the pause seen is this job's
+    MT_TEST_COMMIT_PAUSE=$limit MT_TEST_COMMIT_PAUSE_AT=2 MT_TEST_COMMIT_RESUME_FILE="$go" \
+        timeout -k 5 $limit "$b/tools/mpitrain-run" --max-failures 2 -- mpirun --oversubscribe -np "$np" \
+        -x MT_TEST_COMMIT_PAUSE -x MT_TEST_COMMIT_PAUSE_AT -x MT_TEST_COMMIT_RESUME_FILE \
+        "$ex" $common --name $name >"$out" 2>"$err" &
     sup=$!
     victim=""
-    if wait_for "$store/runs/$name/checkpoint_000002"; then
+    if paused "$err" $sup; then
         victim=$(rank_pid $sup $((np - 1)))
         [ -n "$victim" ] && kill -9 "$victim"
     fi
+    # rank 0 goes on once the first attempt has ended: checkpoint 2 stays uncommitted
+    while kill -0 $sup 2>/dev/null && ! grep -q "rerunning" "$err"; do sleep 0.05; done
+    : >"$go"
     wait $sup
     rc=$?
-    if [ $rc -eq 0 ] && [ -n "$victim" ] && grep -q "rerunning" "$err" && grep -q "resumed from" "$out" \
-        && same $name clean-$np; then
+    if [ $rc -eq 0 ] && [ -n "$victim" ] && grep -q "rerunning" "$err" \
+        && [ "$(grep -c "resumed from .*/checkpoint_000001 " "$out")" -eq 1 ] && same $name clean-$np; then
         ok "$np ranks: SIGKILL of rank $((np - 1)) under mpitrain-run: rerun, load, iterations 1..$n once, same final loss"
     else bad "$np ranks: SIGKILL under mpitrain-run (exit $rc, victim '$victim')"; explain $name clean-$np; fi
 
     [ "$np" -eq 3 ] && break # one case at 3 ranks
 
-    # preemption: SIGTERM to the supervisor (1 rank) or SIGUSR1 to mpirun (2 ranks)
+    # preemption: SIGTERM to the supervisor (1 rank) or SIGUSR1 to mpirun (2 ranks), sent
+    # while rank 0 is paused inside the commit of checkpoint 1 (the job waits for the test
+    # there); the steps' delay then leaves the signal ten iterations to reach the ranks
     name=preempt-$np
+    go="$store/go.$name"
+    pause="MT_TEST_COMMIT_PAUSE=$limit MT_TEST_COMMIT_PAUSE_AT=1 MT_TEST_COMMIT_RESUME_FILE=$go"
+    xs="-x MT_TEST_COMMIT_PAUSE -x MT_TEST_COMMIT_PAUSE_AT -x MT_TEST_COMMIT_RESUME_FILE"
+    : >"$err"
     if [ "$np" -eq 1 ]; then
-        timeout -k 5 $limit "$b/tools/mpitrain-run" -- mpirun --oversubscribe -np 1 "$ex" $common \
-            --step-delay-ms 150 --name $name >"$out" 2>"$err" &
+        env $pause timeout -k 5 $limit "$b/tools/mpitrain-run" -- mpirun --oversubscribe -np 1 $xs \
+            "$ex" $common --step-delay-ms 150 --name $name >"$out" 2>"$err" &
         job=$!; sig=TERM; who=mpitrain-run
     else
-        timeout -k 5 $limit mpirun --oversubscribe -np "$np" "$ex" $common --step-delay-ms 150 \
-            --name $name >"$out" 2>"$err" &
+        env $pause timeout -k 5 $limit mpirun --oversubscribe -np "$np" $xs "$ex" $common \
+            --step-delay-ms 150 --name $name >"$out" 2>"$err" &
         job=$!; sig=USR1; who=mpirun
     fi
     to=""
-    if wait_for "$store/runs/$name/checkpoint_000001"; then
+    if paused "$err" $job; then
         to=$(for p in $(pgrep -P $job); do
             [ "$(cat /proc/$p/comm 2>/dev/null)" = $who ] && echo "$p"; done | head -n 1)
         [ -n "$to" ] && kill -$sig "$to"
     fi
+    : >"$go"
     wait $job
     rc=$?
     st=$(status $name)

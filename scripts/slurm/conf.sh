@@ -33,6 +33,18 @@ SchedulerType=sched/backfill
 CONF
 }
 
+# slurm_stopped DIR: waits until none of the daemons whose pid files are in DIR (slurm*.pid)
+# runs; false after 20 s
+slurm_stopped() {
+    for _ in $(seq 1 200); do
+        alive=""
+        for f in "$1"/slurm*.pid; do [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && alive=1; done
+        [ -z "$alive" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # munge for Slurm's authentication, started if it does not answer: its own user must own
 # its folders (as root munged refuses to start). slurm_started_munge=1 when this started it.
 slurm_started_munge=0

@@ -45,12 +45,7 @@ down)
     export SLURM_CONF
     [ -f "$SLURM_CONF" ] || { echo "local.sh: no Slurm set up in $dir" >&2; exit 1; }
     scontrol shutdown >/dev/null 2>&1 || true
-    for _ in $(seq 1 50); do
-        alive=""
-        for f in "$dir"/slurm*.pid; do [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && alive=1; done
-        [ -z "$alive" ] && break
-        sleep 0.1
-    done
+    slurm_stopped "$dir" || true
     echo "local.sh: Slurm in $dir stopped"
     ;;
 *)
