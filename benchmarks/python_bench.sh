@@ -24,7 +24,9 @@ rows = (256 << 20) // 4096                      # the shard suite's --quick file
 with h5py.File(sys.argv[1], "w") as f:
     d = f.create_dataset("bench/x", (rows, 4096), dtype=np.uint8)
     for r in range(0, rows, 8192):
-        d[r:r + 8192] = (np.arange(r, r + 8192)[:, None] % 251).astype(np.uint8)
+        # a whole block a write: h5py writes a broadcast value row by row
+        d[r:r + 8192] = np.repeat((np.arange(r, r + 8192) % 251).astype(np.uint8)[:, None],
+                                  4096, axis=1)
 PY
 cat "$tmp/data.h5" >/dev/null # warm cache, as the C suite's
 mpirun -np "$np" -x PYTHONPATH -x OPENBLAS_NUM_THREADS "$py" "$top/benchmarks/python_bench.py" \
