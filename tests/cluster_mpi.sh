@@ -34,7 +34,7 @@ export MT_STORAGE_PATH="$store/runs"
 # local rank and size and the host that the slots imply
 layout() {
     name=$1; shift
-    crun "$@" -- "$b/tools/mpitrain-info" >"$out" 2>"$err"
+    crun "$@" -- env -u MT_STORAGE_PATH "$b/tools/mpitrain-info" >"$out" 2>"$err"
     rc=$?
     r=0; node=0; k=1
     : >"$store/want"
@@ -59,7 +59,7 @@ layout "3 nodes, 1+2+1 ranks" 1 2 1
 
 # TCP between nodes: without the tcp transport the nodes cannot reach each other (shared
 # memory is only for ranks of one node), and the suites' data crosses node 2's link
-OMPI_MCA_btl=self,vader crun 1 1 -- --mca btl self,vader "$b/tools/mpitrain-info" >"$out" 2>"$err"
+OMPI_MCA_btl=self,vader crun 1 1 -- --mca btl self,vader env -u MT_STORAGE_PATH "$b/tools/mpitrain-info" >"$out" 2>"$err"
 rc=$?
 if [ $rc -ne 0 ] && grep -q "unable to reach each other" "$err"; then
     ok "ranks on different nodes cannot reach each other through shared memory"

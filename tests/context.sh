@@ -7,11 +7,10 @@ set -u
 need_tier full
 info="${top_builddir:-.}/tools/mpitrain-info"
 out=$(mktemp); err=$(mktemp)
-# a storage path of its own: two suites running at once must not share a run directory
-# (the second would be refused by the first one's run.lock)
-MT_STORAGE_PATH=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-context-test.XXXXXX")
-export MT_STORAGE_PATH
-trap 'rm -f "$out" "$err"; rm -rf "$MT_STORAGE_PATH"' EXIT
+# no storage path and no name: each mpitrain-info runs in a temporary folder of its own,
+# removed at exit (with one, the first run would be kept and every later one refused)
+unset MT_STORAGE_PATH MT_NAME
+trap 'rm -f "$out" "$err"' EXIT
 ncpu=$(nproc)
 
 # expect NAME LINE...: every given "rank R/N: ... cpus C" line is in the output, followed by
