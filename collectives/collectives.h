@@ -20,6 +20,7 @@
     XX(FUSION_ALLOC, "fusion-alloc")                                          \
     XX(FUSION_CHECK, "fusion-check")                                          \
     XX(FUSION_WAIT, "fusion-wait")                                            \
+    XX(FUSION_DESTROY, "fusion-destroy")                                      \
     XX(DATA_OPEN, "dataset-open")                                             \
     XX(REPORT, "report")                                                      \
     XX(REPORT_DONE, "report-commit")                                          \
