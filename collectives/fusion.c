@@ -241,7 +241,14 @@ static int open_backends(mt_fusion *f, mt__comm *c)
         return rc;
     f->num_nodes = topo.num_nodes;
     int v[2] = {mt__env_knob_bool("MT_FUSION_SHM", true), -topo.local_size}, all[2];
-    MT__MPI(MPI_Allreduce(v, all, 2, MPI_INT, MPI_MIN, f->data), out);
+    int e = mt__test_mpi("fusion-layout-mpi", c->rank,
+                         MPI_Allreduce(v, all, 2, MPI_INT, MPI_MIN, f->data));
+    if (e != MPI_SUCCESS)
+        rc = mt__mpi_error(e, "MPI_Allreduce (fusion layout)");
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 21, 0, 0);
+    if ((rc = mt__agree(c, &call, rc, NULL))) /* every rank opens the same backends or none */
+        goto out;
     bool shm_ok = all[0], crowded = -all[1] > 1; /* some node has several ranks */
     mt__fusion_where w = {.c = c, .data = f->data, .node = f->node,
                           .num_nodes = f->num_nodes, .compression = f->compression,
@@ -288,7 +295,14 @@ int mt__fusion_create_opts(mt__comm *c, const mt_fusion_options *o, mt_fusion **
     mt__call_init(&call, MT__CALL_FUSION_CREATE, 0, r.algo, r.compression);
     if ((rc = mt__agree(c, &call, rc, NULL)))
         goto fail;
-    MT__MPI(MPI_Comm_dup(c->comm, &f->data), agree);
+    /* each collective step is agreed before the next, so an MPI error on one rank never
+     * makes it skip what the others enter */
+    int e = mt__test_mpi("fusion-dup-mpi", c->rank, MPI_Comm_dup(c->comm, &f->data));
+    if (e != MPI_SUCCESS)
+        rc = mt__mpi_error(e, "MPI_Comm_dup (fusion)");
+    mt__call_init(&call, MT__CALL_INTERNAL, 22, 0, 0);
+    if ((rc = mt__agree(c, &call, rc, NULL)))
+        goto fail;
     if (c->size > 1 && (rc = open_backends(f, c)))
         goto agree;
     int level = 0;

@@ -886,6 +886,52 @@ static void test_setup_failures(void)
     mt__comm_destroy(&c);
 }
 
+/* An MPI call of the creation returning an error on one rank alone (after taking part in
+ * it): every rank returns the same error (MT_EMPI there, MT_EPEER naming it elsewhere)
+ * with no fusion, no rank skips a collective the others enter (the next allreduce is
+ * right), and a new fusion works. */
+static void test_mpi_error_in_creation(void)
+{
+    if (mt_test_size() < 2)
+        return;
+    mt__comm *c = comm();
+    const char *sites[] = {"fusion-dup-mpi", "topology-split-mpi", "topology-split-type-mpi",
+                           "fusion-layout-mpi"};
+    for (size_t i = 0; i < sizeof sites / sizeof *sites; i++)
+        for (int victim = 0; victim < 2; victim++) {
+            char spec[64];
+            snprintf(spec, sizeof spec, "%s:%d", sites[i], victim);
+            setenv("MT_TEST_FAIL_AT", spec, 1);
+            mt_fusion *f = NULL;
+            int rc = mt__fusion_create(c, 0, &f);
+            unsetenv("MT_TEST_FAIL_AT");
+            if (!strcmp(sites[i], "topology-split-type-mpi") && getenv("MT_NODE_KEY")) {
+                MT_ASSERT_INT_EQ(rc, MT_OK); /* nodes by key: no shared-memory split */
+            } else {
+                MT_ASSERT_INT_EQ(rc, c->rank == victim ? MT_EMPI : MT_EPEER);
+                char want[64];
+                snprintf(want, sizeof want, "rank %d failed: ", victim);
+                if (c->rank != victim)
+                    MT_ASSERT_STR_CONTAINS(mt_last_error(), want);
+                MT_ASSERT_STR_CONTAINS(mt_last_error(), "failed: MPI_ERR_OTHER");
+                CU_ASSERT_PTR_NULL(f);
+            }
+            mt_fusion_destroy(&f);
+            double x = 1;
+            MT_ASSERT_INT_EQ(mt__allreduce(c, &x, 1, MT_F64, MT_SUM), MT_OK);
+            MT_ASSERT_INT_EQ((int)x, c->size);
+        }
+    size_t sizes[] = {100, 50};
+    tensors t = make(sizes, 2);
+    mt_fusion *f = fusion_of(c, &t, 0);
+    fill(&t, c->rank, 4);
+    MT_ASSERT_INT_EQ(mt_fusion_wait(f), MT_OK);
+    MT_ASSERT_INT_EQ(wrong(&t, c->size, 4), 0);
+    mt_fusion_destroy(&f);
+    release(&t);
+    mt__comm_destroy(&c);
+}
+
 /* Auto with two candidates (nodes, some with several ranks): timed at the registration
  * check, one choice on every rank; its scratch failing on one rank is agreed there. */
 static void test_auto_choice(void)
@@ -937,6 +983,7 @@ static const mt_test tests[] = {
     {"algo_from_environment", test_algo_from_environment},
     {"bad_knobs_and_options", test_bad_knobs_and_options},
     {"setup_failures", test_setup_failures},
+    {"mpi_error_in_creation", test_mpi_error_in_creation},
     {"auto_choice", test_auto_choice},
     {NULL, NULL},
 };
