@@ -61,6 +61,9 @@ void mt__call_describe(const mt__call *c, char *buf, size_t len)
     case MT__CALL_FUSION_WAIT:
         snprintf(buf, len, "fusion-wait(tensors=%lld)", (long long)c->x);
         break;
+    case MT__CALL_FUSION_DESTROY:
+        snprintf(buf, len, "fusion-destroy(tensors=%lld)", (long long)c->x);
+        break;
     case MT__CALL_EPOCH:
         snprintf(buf, len, "begin-epoch(epoch=%lld, batch_size=%lld, batches=%llu)",
                  (long long)c->x, (long long)c->y, n);

@@ -20,6 +20,7 @@
     XX(FUSION_ALLOC, "fusion-alloc")                                          \
     XX(FUSION_CHECK, "fusion-check")                                          \
     XX(FUSION_WAIT, "fusion-wait")                                            \
+    XX(FUSION_DESTROY, "fusion-destroy")                                      \
     XX(DATA_OPEN, "dataset-open")                                             \
     XX(REPORT, "report")                                                      \
     XX(REPORT_DONE, "report-commit")                                          \
@@ -48,6 +49,9 @@ void mt__test_die(const char *site, int rank);
 void mt__test_stop(const char *site, int rank);
 /* Test only: the rank sleeps MT_TEST_PAUSE_S seconds (default 5) there: a slow rank. */
 void mt__test_pause(const char *site, int rank);
+/* Test only: e, or MPI_ERR_OTHER when MT_TEST_FAIL_AT names this site for this rank: an
+ * MPI call that returned an error on one rank alone (after taking part in it). */
+int mt__test_mpi(const char *site, int rank, int e);
 
 /* One collective call as the agreement sees it (call.c): its kind and arguments that must match
  * across ranks (n, x, y; their meaning depends on the kind), and their signature. Text

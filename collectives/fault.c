@@ -6,7 +6,8 @@
  *   MT_TEST_FAIL_AT=site:rank[,site:rank...]     rank "*" = every rank
  *
  * Sites named die-*, stop-* and slow-* kill, stop or delay the rank (a slow-* site sleeps
- * MT_TEST_PAUSE_S seconds, default 5) instead of failing a call.
+ * MT_TEST_PAUSE_S seconds, default 5) instead of failing a call; *-mpi sites make an MPI
+ * call that succeeded return an error on that rank alone.
  *
  * Compiled always (the tests run the installed code paths), read only at the sites, which
  * are set-up and error paths, never per element. Not for production use: a job with the
@@ -60,4 +61,9 @@ void mt__test_pause(const char *site, int rank)
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) != 0)
         ;
+}
+
+int mt__test_mpi(const char *site, int rank, int e)
+{
+    return e == MPI_SUCCESS && mt__test_fail(site, rank) ? MPI_ERR_OTHER : e;
 }

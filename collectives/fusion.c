@@ -22,6 +22,10 @@
  * collective that its peers never join, and then returns the error; tensor contents are
  * unspecified after that step, and the fusion can be used again.
  * Registration (count and sizes) is checked across ranks once, at the first ready or wait.
+ * From then on mt_fusion_destroy is collective too: a rank that destroys the fusion while
+ * the others step meets their wait's agreement (a mismatch that names both calls), the
+ * buckets handed over are completed there, and the others' fusions only wait to be
+ * destroyed (locally).
  *
  * How a bucket is summed over the ranks and averaged is a backend's business
  * (fusion_backend.h): shared memory when every rank is on one node (fusion_shm.c),
@@ -62,6 +66,7 @@ struct mt_fusion {
     mt__fblock **blocks;  /* from mt_fusion_alloc, in allocation order */
     size_t nblocks, blocks_cap;
     bool checked;
+    bool gone;            /* a rank destroyed it during a step: the rest of it is local */
     int status;           /* first local error of this step, and its message */
     char status_msg[MT__MSG_LEN];
     uint64_t sig;
@@ -236,7 +241,14 @@ static int open_backends(mt_fusion *f, mt__comm *c)
         return rc;
     f->num_nodes = topo.num_nodes;
     int v[2] = {mt__env_knob_bool("MT_FUSION_SHM", true), -topo.local_size}, all[2];
-    MT__MPI(MPI_Allreduce(v, all, 2, MPI_INT, MPI_MIN, f->data), out);
+    int e = mt__test_mpi("fusion-layout-mpi", c->rank,
+                         MPI_Allreduce(v, all, 2, MPI_INT, MPI_MIN, f->data));
+    if (e != MPI_SUCCESS)
+        rc = mt__mpi_error(e, "MPI_Allreduce (fusion layout)");
+    mt__call call;
+    mt__call_init(&call, MT__CALL_INTERNAL, 21, 0, 0);
+    if ((rc = mt__agree(c, &call, rc, NULL))) /* every rank opens the same backends or none */
+        goto out;
     bool shm_ok = all[0], crowded = -all[1] > 1; /* some node has several ranks */
     mt__fusion_where w = {.c = c, .data = f->data, .node = f->node,
                           .num_nodes = f->num_nodes, .compression = f->compression,
@@ -283,7 +295,14 @@ int mt__fusion_create_opts(mt__comm *c, const mt_fusion_options *o, mt_fusion **
     mt__call_init(&call, MT__CALL_FUSION_CREATE, 0, r.algo, r.compression);
     if ((rc = mt__agree(c, &call, rc, NULL)))
         goto fail;
-    MT__MPI(MPI_Comm_dup(c->comm, &f->data), agree);
+    /* each collective step is agreed before the next, so an MPI error on one rank never
+     * makes it skip what the others enter */
+    int e = mt__test_mpi("fusion-dup-mpi", c->rank, MPI_Comm_dup(c->comm, &f->data));
+    if (e != MPI_SUCCESS)
+        rc = mt__mpi_error(e, "MPI_Comm_dup (fusion)");
+    mt__call_init(&call, MT__CALL_INTERNAL, 22, 0, 0);
+    if ((rc = mt__agree(c, &call, rc, NULL)))
+        goto fail;
     if (c->size > 1 && (rc = open_backends(f, c)))
         goto agree;
     int level = 0;
@@ -369,14 +388,32 @@ const char *mt_fusion_compression_name(const mt_fusion *f)
     return f ? mt_compression_word(f->compression) : NULL;
 }
 
+/* Collective, once the fusion has stepped: the destroy's agreement, which a rank still
+ * in a step (in mt_fusion_wait, or about to be) meets as a mismatch, so both sides learn
+ * it; then every rank completes the buckets any rank handed over, as a failed wait does,
+ * so no communication thread is left in a reduction that a peer never joins. */
+static void end_steps(mt_fusion *f)
+{
+    mt__call call;
+    mt__call_init(&call, MT__CALL_FUSION_DESTROY, 0, f->nt, 0);
+    call.sig = mt__sig_mix(call.sig, f->sig);
+    int64_t v[2] = {f->handed, 1}; /* 1: a rank destroys it (the waits' second word) */
+    mt__agree_max(f->comm, &call, MT_OK, NULL, v, 2); /* an error is in mt_last_error */
+    mt__watch_data();
+    finish(f, (int)v[0]);
+    mt__watch_leave();
+}
+
 void mt_fusion_destroy(mt_fusion **fp)
 {
     if (!fp || !*fp)
         return;
     mt_fusion *f = *fp;
     mt__live_remove(f);
+    if (f->comm && f->checked && !f->gone && f->comm->size > 1)
+        end_steps(f);
     if (f->threaded) {
-        pthread_mutex_lock(&f->lock); /* a step left without its wait: finish what was taken */
+        pthread_mutex_lock(&f->lock); /* nothing is left to take: the thread quits */
         f->closing = true;
         while (f->done < f->claimed)
             pthread_cond_wait(&f->cond, &f->lock);
@@ -585,11 +622,18 @@ static int check_registration(mt_fusion *f)
     return rc;
 }
 
+/* A rank destroyed the fusion during a step: the others can only destroy theirs. */
+#define NOT_GONE(f, fn)                                                       \
+    if ((f)->gone)                                                            \
+        return mt__error(MT_EINVAL, fn ": another rank destroyed this fusion during a step; "\
+                                       "destroy it here too");
+
 int mt_fusion_ready(mt_fusion *f, int index)
 {
     if (!f)
         return mt__error(MT_EINVAL, "mt_fusion_ready: fusion is NULL");
     NEED_COMM(f, "mt_fusion_ready");
+    NOT_GONE(f, "mt_fusion_ready");
     int rc = f->checked ? MT_OK : check_registration(f);
     if (rc)
         return rc;
@@ -622,6 +666,7 @@ int mt_fusion_wait(mt_fusion *f)
     if (!f)
         return mt__error(MT_EINVAL, "mt_fusion_wait: fusion is NULL");
     NEED_COMM(f, "mt_fusion_wait");
+    NOT_GONE(f, "mt_fusion_wait");
     int rc = f->checked ? MT_OK : check_registration(f);
     if (rc)
         return rc;
@@ -630,9 +675,10 @@ int mt_fusion_wait(mt_fusion *f)
     call.sig = mt__sig_mix(call.sig, f->sig);
     if (f->status)
         mt__error_set_text(f->status_msg);
-    int64_t handed = f->handed;
-    rc = mt__agree_max(f->comm, &call, f->status, NULL, &handed, 1);
-    int upto = rc ? (int)handed : f->nb; /* on error: only what some rank already started */
+    int64_t v[2] = {f->handed, 0};
+    rc = mt__agree_max(f->comm, &call, f->status, NULL, v, 2);
+    int upto = rc ? (int)v[0] : f->nb; /* on error: only what some rank already started */
+    f->gone = v[1] != 0; /* met a rank's mt_fusion_destroy: that rank has no fusion now */
     char msg[MT__MSG_LEN];
     snprintf(msg, sizeof msg, "%s", mt_last_error());
     mt__watch_data(); /* the buckets wait for every rank: a stop here is a stall */

@@ -46,11 +46,17 @@ static int leader_by_shared_memory(mt__comm *c, int *leader)
 {
     int rc = MT_OK;
     MPI_Comm node = MPI_COMM_NULL;
-    MT__MPI(MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node),
-            out);
+    int e = mt__test_mpi("topology-split-type-mpi", c->rank,
+                         MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank,
+                                             MPI_INFO_NULL, &node));
+    if (e != MPI_SUCCESS)
+        rc = mt__mpi_error(e, "MPI_Comm_split_type (node)");
     *leader = c->rank;
-    MT__MPI(MPI_Allreduce(MPI_IN_PLACE, leader, 1, MPI_INT, MPI_MIN, node), out);
-out:
+    /* the node's ranks all take part in this, whatever the split said here */
+    if (node != MPI_COMM_NULL &&
+        (e = MPI_Allreduce(MPI_IN_PLACE, leader, 1, MPI_INT, MPI_MIN, node)) != MPI_SUCCESS &&
+        !rc)
+        rc = mt__mpi_error(e, "MPI_Allreduce (node leader)");
     if (node != MPI_COMM_NULL)
         MPI_Comm_free(&node);
     return rc;
@@ -77,14 +83,26 @@ int mt__topology_node(mt__comm *c, mt__topology *out, MPI_Comm *node_out)
     mt__call_init(&call, MT__CALL_INTERNAL, 4, 0, 0);
     if ((rc = mt__agree_max(c, &call, rc, NULL, &any_key, 1)))
         goto out;
+    /* An MPI error on one rank alone must not make it skip the collectives the others
+     * enter next: every rank enters each of them whatever happened before, and the step
+     * ends in one agreement. */
     int leader = c->rank;
     rc = any_key ? leader_by_key(c, keys, &leader) : leader_by_shared_memory(c, &leader);
-    if (rc)
+    int e = mt__test_mpi("topology-split-mpi", c->rank,
+                         MPI_Comm_split(c->comm, leader, c->rank, &node));
+    if (e != MPI_SUCCESS && !rc)
+        rc = mt__mpi_error(e, "MPI_Comm_split (node)");
+    if (!rc)
+        MT__MPI(MPI_Comm_rank(node, &out->local_rank), agree);
+    if (!rc)
+        MT__MPI(MPI_Comm_size(node, &out->local_size), agree);
+    e = MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, c->comm);
+    if (e != MPI_SUCCESS && !rc)
+        rc = mt__mpi_error(e, "MPI_Allgather (node leaders)");
+agree:
+    mt__call_init(&call, MT__CALL_INTERNAL, 20, 0, 0);
+    if ((rc = mt__agree(c, &call, rc, NULL)))
         goto out;
-    MT__MPI(MPI_Comm_split(c->comm, leader, c->rank, &node), out);
-    MT__MPI(MPI_Comm_rank(node, &out->local_rank), out);
-    MT__MPI(MPI_Comm_size(node, &out->local_size), out);
-    MT__MPI(MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, c->comm), out);
     out->node_rank = 0;
     out->num_nodes = 0;
     for (int r = 0; r < c->size; r++) {

@@ -232,6 +232,8 @@ struct mt__watchdog {
     char own_name[MT__SHM_NAME_LEN]; /* its name until removed */
     int rank, size;
     double warn_s, timeout_s, tick_s, stale_s, grace_s;
+    double report_s;     /* the first report of a wait: after warn_s, and not before a peer
+                            that stopped when the wait began is past the stale limit */
     atomic_int state;    /* 0 wait for the start's agreement, 1 run, 2 quit unstarted */
     atomic_int stop;
     pthread_t thread;
@@ -321,7 +323,7 @@ static void describe_stall(const mt__watchdog *w, const beat *b, double now, cha
 
 static void check_stall(mt__watchdog *w, const beat *b)
 {
-    if (!b->waiting || b->waited_s <= w->warn_s)
+    if (!b->waiting || b->waited_s <= w->report_s)
         return;
     double now = mt__now();
     char line[8192];
@@ -514,17 +516,15 @@ static void *watch(void *arg)
         w->peers[r].heard = mt__now();
     beat bye;
     bool sent_byes = false;
-    double stop_began = 0, last_tick = mt__now();
+    double stop_began = 0;
     for (;;) {
         bool stopping = atomic_load(&w->stop);
-        double now = mt__now();
-        /* this rank was stopped, not its peers: beats of other hosts may wait unread in
-         * MPI; those of this host are judged by when they were taken */
-        if (now - last_tick > w->stale_s)
-            for (int r = 0; r < w->size; r++)
-                if (!w->peers[r].board)
-                    w->peers[r].heard = now;
-        last_tick = now;
+        /* No peer is taken as heard from because this thread was late (a scheduling gap,
+         * this rank stopped): every beat is judged by when it was taken, those of this
+         * host by their time, those of other hosts by their time plus the least offset;
+         * the beats that waited in MPI during the gap are all read below before any
+         * check, so a peer still alive is fresh by its latest beat, and one that stopped
+         * is as silent as it is. */
         beat b;
         snapshot(&b);
         w->peers[w->rank].last = b;
@@ -553,6 +553,8 @@ static void *watch(void *arg)
                 mt__end_job(w->comm, MT_EXIT_STALLED, line, w->grace_s);
             }
         }
+        if (!stopping) /* test only: a scheduling gap before every next beat (stall.sh) */
+            mt__test_pause("slow-watch-tick", w->rank);
         sleep_s(stopping ? 0.001 : w->tick_s);
     }
     return NULL;
@@ -674,6 +676,9 @@ int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double ti
     w->tick_s = fmin(0.5, fmax(0.02, warn_s / 4));
     w->stale_s = fmax(1.0, 3 * w->tick_s);
     w->grace_s = fmin(10, fmax(1, timeout_s / 10));
+    /* a stopped peer's last beat is up to a tick older than its stop, and a beat of
+     * another host is dated up to about a tick late (the least offset seen): two ticks */
+    w->report_s = fmax(warn_s, w->stale_s + 2 * w->tick_s);
     for (int r = 0; r < c->size; r++)
         w->peers[r].req = w->peers[r].bye_req = MPI_REQUEST_NULL;
     if (!rc)

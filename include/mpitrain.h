@@ -478,8 +478,11 @@ MT_EXTERN int mt_fusion_ready(mt_fusion *f, int index);
  * the step is returned on every rank; the fusion stays usable: the next step starts
  * afresh (tensors to be marked ready again). */
 MT_EXTERN int mt_fusion_wait(mt_fusion *f);
-/* Local: no rank waits for another, but a step left without mt_fusion_wait on one rank
- * finishes the buckets it handed over first. Frees the blocks of mt_fusion_alloc. */
+/* Collective once the fusion has stepped (its first mt_fusion_ready or mt_fusion_wait),
+ * until its fit ends; Local before and after. A rank that destroys it while others are in
+ * a step (their mt_fusion_wait) meets them at the step's agreement: they return
+ * MT_EMISMATCH naming fusion-destroy, and every rank first completes the buckets any rank
+ * had handed over, so nothing hangs. Frees the blocks of mt_fusion_alloc. NULL-safe. */
 MT_EXTERN void mt_fusion_destroy(mt_fusion **f);
 
 /* ---------------------------------------------------------------- metrics and report */

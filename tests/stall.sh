@@ -75,6 +75,35 @@ for np in $stop_nps; do
     done
 done
 
+# Across (emulated) nodes, beats go through MPI. Rank 0's watchdog is late at every beat
+# (the test-only slow-watch-tick site: a scheduling gap before each of its beats,
+# longer than the stale limit), and rank 1, on the other node, is stopped: its
+# last beat, from before rank 0's gaps, must never count as fresh (before, a late tick
+# marked every peer of another host as just heard, so the stopped rank was shown as
+# "last call ..., left it 0.0 s ago" in every warning).
+for try in $tries; do
+    : >"$out"
+    probe_args="-1 40 --stall-warn 1 --stall-timeout 5"
+    # shellcheck disable=SC2086
+    timeout -k 5 $limit mpirun --oversubscribe -np 1 -x MT_NODE_KEY=a \
+        -x MT_TEST_FAIL_AT=slow-watch-tick:0 -x MT_TEST_PAUSE_S=1.2 "$probe" $probe_args \
+        : -np 1 -x MT_NODE_KEY=b "$probe" $probe_args >"$out" 2>"$err" &
+    job=$!
+    await_pids 2
+    pid=$(rank_pid 1)
+    sleep 0.3
+    [ -n "$pid" ] && kill -STOP "$pid"
+    wait $job
+    rc=$?
+    if [ -n "$pid" ] && [ $rc -eq 76 ] \
+        && grep -q "^mpitrain: stall: rank 0 (host [^)]*) has waited [0-4]\.[0-9] s in .*not arrived: rank 1 (host [^,]*, pid $pid) silent for" "$err" \
+        && grep -B1 "^mpitrain: rank 0 (host [^)]*): stalled [0-9]* s in .*aborting the job with status 76" "$err" \
+            | grep -q "not arrived: rank 1 (host [^,]*, pid $pid) silent for"; then
+        ok "rank 1 stopped on another node, rank 0's watchdog late at every beat (run $try): named silent at the warning and at the end, ended with 76"
+    else bad "rank 1 stopped on another node, rank 0's watchdog late (run $try): exit $rc, want 76 and rank 0's warning and last report naming rank 1 silent"; fi
+    [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+done
+
 # the launcher stopped as well: MPI_Abort does not return, each waiting rank ends itself.
 # "nodes": rank 0 alone on one emulated node (MT_NODE_KEY), ranks 1 and 2 on another, so
 # their beats cross over MPI, as between hosts whose link went down.

@@ -365,6 +365,58 @@ static void test_errors_on_one_rank(void)
     mt__comm_destroy(&c);
 }
 
+/* A fusion destroyed on one rank in the middle of a step while the others wait for it
+ * (the destroying rank having marked no tensor, some, or all of them ready): every rank
+ * learns it at the step's agreement, the others' mt_fusion_wait with MT_EMISMATCH naming
+ * both calls, the buckets any rank handed over are completed (none is left inside a
+ * reduction, so the job never ends by the watchdog), the others' fusions can only be
+ * destroyed, locally, and the communicator and a new fusion work. */
+static void test_destroyed_mid_step(void)
+{
+    if (mt_test_size() < 2)
+        return;
+    mt__comm *c = comm();
+    int victim = c->size - 1;
+    size_t sizes[] = {100, 100, 100, 100};
+    for (int marked = 0; marked <= 4; marked += 2) {
+        tensors t = make(sizes, 4);
+        mt_fusion *f = fusion_of(c, &t, 400); /* one tensor a bucket */
+        fill(&t, c->rank, 0);
+        MT_ASSERT_INT_EQ(mt_fusion_wait(f), MT_OK); /* registered: a step ran */
+        fill(&t, c->rank, 1);
+        if (c->rank == victim) {
+            for (int i = 0; i < marked; i++)
+                MT_ASSERT_INT_EQ(mt_fusion_ready(f, i), MT_OK);
+            mt_fusion_destroy(&f);
+            CU_ASSERT_PTR_NULL(f);
+        } else {
+            for (int i = 0; i < 3; i++) /* three buckets handed to the thread */
+                MT_ASSERT_INT_EQ(mt_fusion_ready(f, i), MT_OK);
+            MT_ASSERT_INT_EQ(mt_fusion_wait(f), MT_EMISMATCH);
+        }
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "fusion-destroy(tensors=4)");
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "fusion-wait(tensors=4)");
+        if (f) {
+            MT_ASSERT_INT_EQ(mt_fusion_wait(f), MT_EINVAL);
+            MT_ASSERT_STR_CONTAINS(mt_last_error(), "another rank destroyed this fusion");
+            MT_ASSERT_INT_EQ(mt_fusion_ready(f, 0), MT_EINVAL);
+            mt_fusion_destroy(&f); /* local now: the victim is not there */
+        }
+        double x = 1;
+        MT_ASSERT_INT_EQ(mt__allreduce(c, &x, 1, MT_F64, MT_SUM), MT_OK);
+        MT_ASSERT_INT_EQ((int)x, c->size);
+        f = fusion_of(c, &t, 400);
+        fill(&t, c->rank, 2);
+        MT_ASSERT_INT_EQ(mt_fusion_wait(f), MT_OK);
+        MT_ASSERT_INT_EQ(wrong(&t, c->size, 2), 0);
+        /* every rank destroys it after a ready: the buckets handed over are completed */
+        MT_ASSERT_INT_EQ(mt_fusion_ready(f, c->rank % 4), MT_OK);
+        mt_fusion_destroy(&f);
+        release(&t);
+    }
+    mt__comm_destroy(&c);
+}
+
 static void test_bucket_size_from_environment(void)
 {
     mt__comm *c = comm();
@@ -834,6 +886,52 @@ static void test_setup_failures(void)
     mt__comm_destroy(&c);
 }
 
+/* An MPI call of the creation returning an error on one rank alone (after taking part in
+ * it): every rank returns the same error (MT_EMPI there, MT_EPEER naming it elsewhere)
+ * with no fusion, no rank skips a collective the others enter (the next allreduce is
+ * right), and a new fusion works. */
+static void test_mpi_error_in_creation(void)
+{
+    if (mt_test_size() < 2)
+        return;
+    mt__comm *c = comm();
+    const char *sites[] = {"fusion-dup-mpi", "topology-split-mpi", "topology-split-type-mpi",
+                           "fusion-layout-mpi"};
+    for (size_t i = 0; i < sizeof sites / sizeof *sites; i++)
+        for (int victim = 0; victim < 2; victim++) {
+            char spec[64];
+            snprintf(spec, sizeof spec, "%s:%d", sites[i], victim);
+            setenv("MT_TEST_FAIL_AT", spec, 1);
+            mt_fusion *f = NULL;
+            int rc = mt__fusion_create(c, 0, &f);
+            unsetenv("MT_TEST_FAIL_AT");
+            if (!strcmp(sites[i], "topology-split-type-mpi") && getenv("MT_NODE_KEY")) {
+                MT_ASSERT_INT_EQ(rc, MT_OK); /* nodes by key: no shared-memory split */
+            } else {
+                MT_ASSERT_INT_EQ(rc, c->rank == victim ? MT_EMPI : MT_EPEER);
+                char want[64];
+                snprintf(want, sizeof want, "rank %d failed: ", victim);
+                if (c->rank != victim)
+                    MT_ASSERT_STR_CONTAINS(mt_last_error(), want);
+                MT_ASSERT_STR_CONTAINS(mt_last_error(), "failed: MPI_ERR_OTHER");
+                CU_ASSERT_PTR_NULL(f);
+            }
+            mt_fusion_destroy(&f);
+            double x = 1;
+            MT_ASSERT_INT_EQ(mt__allreduce(c, &x, 1, MT_F64, MT_SUM), MT_OK);
+            MT_ASSERT_INT_EQ((int)x, c->size);
+        }
+    size_t sizes[] = {100, 50};
+    tensors t = make(sizes, 2);
+    mt_fusion *f = fusion_of(c, &t, 0);
+    fill(&t, c->rank, 4);
+    MT_ASSERT_INT_EQ(mt_fusion_wait(f), MT_OK);
+    MT_ASSERT_INT_EQ(wrong(&t, c->size, 4), 0);
+    mt_fusion_destroy(&f);
+    release(&t);
+    mt__comm_destroy(&c);
+}
+
 /* Auto with two candidates (nodes, some with several ranks): timed at the registration
  * check, one choice on every rank; its scratch failing on one rank is agreed there. */
 static void test_auto_choice(void)
@@ -874,6 +972,7 @@ static const mt_test tests[] = {
     {"chunked_reductions", test_chunked_reductions},
     {"registration_mismatch", test_registration_mismatch},
     {"errors_on_one_rank", test_errors_on_one_rank},
+    {"destroyed_mid_step", test_destroyed_mid_step},
     {"bucket_size_from_environment", test_bucket_size_from_environment},
     {"mpi_allreduce_path", test_mpi_allreduce_path},
     {"alloc_in_place", test_alloc_in_place},
@@ -884,6 +983,7 @@ static const mt_test tests[] = {
     {"algo_from_environment", test_algo_from_environment},
     {"bad_knobs_and_options", test_bad_knobs_and_options},
     {"setup_failures", test_setup_failures},
+    {"mpi_error_in_creation", test_mpi_error_in_creation},
     {"auto_choice", test_auto_choice},
     {NULL, NULL},
 };
