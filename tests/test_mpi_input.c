@@ -706,6 +706,45 @@ static void test_overwrite_keeps_inputs(void)
     CU_ASSERT(stat(mt_test_run_file("ovw_inputs", "run.json"), &st) == 0);
 }
 
+/* A link where a run file should be (run.lock, run.json, result.json, progress.csv): every
+ * rank returns the error naming it (through the agreement), and the file it points at is
+ * neither written nor truncated. */
+static void test_links_refused_on_every_rank(void)
+{
+    static const char *const files[] = {"run.lock", "run.json", "result.json", "progress.csv"};
+    char victim[600];
+    snprintf(victim, sizeof victim, "%s/link_victim.txt", mt_test_storage());
+    for (int i = 0; i < 4; i++) {
+        char name[64], link[700];
+        snprintf(name, sizeof name, "linked_%d", i);
+        snprintf(link, sizeof link, "%s/%s/%s", mt_test_storage(), name, files[i]);
+        if (mt_test_rank() == 0) {
+            FILE *f = fopen(victim, "w");
+            fputs("precious\n", f);
+            fclose(f);
+            char dir[600];
+            snprintf(dir, sizeof dir, "%s/%s", mt_test_storage(), name);
+            mkdir(dir, 0755);
+            CU_ASSERT(symlink(victim, link) == 0);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        char err[1024] = "";
+        MT_ASSERT_INT_EQ(mt_test_fit_datasets(mt_test_config(name), report_once, NULL, NULL, 0,
+                                              err, sizeof err), MT_EIO);
+        MT_ASSERT_STR_CONTAINS(err, files[i]);
+        MT_ASSERT_STR_CONTAINS(err, "is a symbolic link");
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (mt_test_rank() == 0) {
+            char text[64] = "";
+            FILE *f = fopen(victim, "r");
+            CU_ASSERT(f && fgets(text, sizeof text, f));
+            if (f)
+                fclose(f);
+            MT_ASSERT_STR_EQ(text, "precious\n");
+        }
+    }
+}
+
 static const mt_test tests[] = {
     {"huge_batch_sizes", test_huge_batch_sizes},
     {"plan_memory_is_bounded", test_plan_memory_is_bounded},
@@ -715,6 +754,7 @@ static const mt_test tests[] = {
     {"resume_from_deep_checkpoint", test_resume_from_deep_checkpoint},
     {"checkpoints_where_they_belong", test_checkpoints_where_they_belong},
     {"overwrite_keeps_inputs", test_overwrite_keeps_inputs},
+    {"links_refused_on_every_rank", test_links_refused_on_every_rank},
     {"bad_env_on_one_rank", test_bad_env_on_one_rank},
     {"misuse_after_and_inside_fit", test_misuse_after_and_inside_fit},
     {NULL, NULL},
