@@ -76,14 +76,16 @@ def train_func():
     train.report({"world": train.get_context().get_world_size()})
 r = train.torch.TorchTrainer(train_func, scaling_config=ScalingConfig(num_workers=2),
                              run_config=RunConfig(name="py", storage_path=os.environ["MT_STORAGE_PATH"])).fit()
-print("PY-OK", r.metrics["world"], mpitrain.__file__)
+# a file a rank: two ranks' prints to one pipe can interleave on a line
+with open("ok." + os.environ["OMPI_COMM_WORLD_RANK"], "w") as f:
+    print("PY-OK", r.metrics["world"], mpitrain.__file__, file=f)
 PY
             if [ -n "$pkg" ] && [ -f "$site/mpitrain/_core.so" ] \
                 && "$MT_PYTHON" -c "import sys; sys.exit(0 if '$(echo "$site" | sed "s|^$tmp/root||")' in sys.path else 1)" \
                 && (cd "$tmp" && PYTHONPATH="$site" LD_LIBRARY_PATH="$root_prefix/lib" MT_STORAGE_PATH="$tmp/results" \
                     "$src/tests/mpirun.sh" 2 -x PYTHONPATH -x LD_LIBRARY_PATH -x MT_STORAGE_PATH \
                     "$MT_PYTHON" "$tmp/snippet.py") >"$out" 2>"$err" \
-                && [ "$(grep -c "^PY-OK 2 $site/mpitrain/__init__.py" "$out")" -eq 2 ]; then
+                && [ "$(cat "$tmp"/ok.* 2>/dev/null | grep -c "^PY-OK 2 $site/mpitrain/__init__.py$")" -eq 2 ]; then
                 ok "make install DESTDIR=...: the Python package is in $(echo "$site" | sed "s|^$tmp/root||") (on $MT_PYTHON's sys.path) and the installed copy trains at 2 ranks"
             else bad "the installed Python package (${pkg:-none found under $tmp/root})"; fi
         fi
