@@ -14,9 +14,12 @@
 #                                            processes, and those `run` started on the
 #                                            head); also after a killed run
 #   cluster.sh [-n NAME] hostfile S1 S2 ...  write a hostfile (S1 slots on node 1, ...), print its path
-#   cluster.sh [-n NAME] run CMD...          run CMD on the head with the cluster's Open MPI
-#                                            settings (rsh agent, TCP limited to the subnet)
-#   cluster.sh [-n NAME] env                 print those settings as shell exports
+#   cluster.sh [-n NAME] run [--ompi-defaults] CMD...   run CMD on the head with the
+#                                            cluster's Open MPI settings (rsh agent, TCP
+#                                            limited to the subnet); --ompi-defaults: without
+#                                            the TCP keepalive settings (Open MPI's own, as on
+#                                            a cluster whose user never set them)
+#   cluster.sh [-n NAME] env [--ompi-defaults]  print those settings as shell exports
 #   cluster.sh exec NODE CMD...              run CMD on NODE (any cluster)
 #   cluster.sh [-n NAME] kill NODE           kill every process of NODE and keep it dead
 #                                            (the rsh agent refuses it, as ssh to a dead host)
@@ -145,10 +148,15 @@ export OMPI_MCA_btl_tcp_if_include=$net.0/24
 export OMPI_MCA_oob_tcp_if_include=$net.0/24
 export OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_btl=self,vader,tcp
-export OMPI_MCA_oob_tcp_keepalive_time=2
-export OMPI_MCA_oob_tcp_keepalive_intvl=1
-export OMPI_MCA_oob_tcp_keepalive_probes=3
 EOF
+    if [ "${1:-}" = --ompi-defaults ]; then
+        echo "unset OMPI_MCA_oob_tcp_keepalive_time OMPI_MCA_oob_tcp_keepalive_intvl" \
+            "OMPI_MCA_oob_tcp_keepalive_probes"
+    else
+        echo "export OMPI_MCA_oob_tcp_keepalive_time=2"
+        echo "export OMPI_MCA_oob_tcp_keepalive_intvl=1"
+        echo "export OMPI_MCA_oob_tcp_keepalive_probes=3"
+    fi
     # nodes given their own CPUs: ranks keep the node's CPUs (Open MPI would bind them to
     # the first CPUs of the machine it sees whole)
     if ls "$state"/cpus.* >/dev/null 2>&1; then
@@ -168,7 +176,7 @@ on_node() {
 case "$cmd" in
 up) [ $# -eq 1 ] || die "usage: up N"; up "$1" ;;
 down) down ;;
-env) require_up; mca_env ;;
+env) require_up; mca_env "${1:-}" ;;
 hostfile)
     require_up
     [ $# -ge 1 ] || die "usage: hostfile SLOTS_NODE1 [SLOTS_NODE2 ...]"
@@ -185,7 +193,9 @@ hostfile)
     ;;
 run)
     require_up
-    eval "$(mca_env)"
+    defaults=""
+    [ "${1:-}" = --ompi-defaults ] && { defaults=$1; shift; }
+    eval "$(mca_env $defaults)"
     export MT_CLUSTER_RUN="$name" # what `down` finds them by
     exec unshare --mount --propagation private \
         sh -c 'mount --bind "$1" /etc/hosts && shift && exec "$@"' sh "$state/hosts" "$@"

@@ -17,6 +17,13 @@
  * asks its discovery script), each attempt gets a hostfile of the hosts usable now, through
  * OMPI_MCA_orte_default_hostfile (and MT_HOSTFILE): an mpirun without -np then starts one
  * rank per slot there, and the run resumes from its checkpoint at the new world size.
+ *
+ * A node whose link goes down answers nothing, and mpirun learns it only from TCP
+ * keepalives on its connection to that node's daemon: until then it waits for that daemon
+ * to end the job (Open MPI's defaults, 300 s + 9 x 20 s, let a job whose ranks have all
+ * left hang for minutes). So the command gets Open MPI's oob_tcp_keepalive_time, _intvl
+ * and _probes (KEEPALIVE below: a lost node is declared lost about 16 s after its link
+ * went quiet) unless the user set them, in the environment or in an MCA parameter file.
  */
 #include <mpitrain.h>
 
@@ -119,6 +126,59 @@ static int usable_hosts(const char *file, const char *discover, char *desc, size
     return n ? n : -1;
 }
 
+/* Open MPI's TCP keepalive settings for the daemons' connections, and their values here. */
+static const char *const KEEPALIVE[][2] = {
+    {"oob_tcp_keepalive_time", "10"},
+    {"oob_tcp_keepalive_intvl", "2"},
+    {"oob_tcp_keepalive_probes", "3"},
+};
+
+/* True when the MCA parameter file at path names a keepalive setting. */
+static bool file_sets_keepalive(const char *path)
+{
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    char line[1024];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        const char *p = line + strspn(line, " \t");
+        found = *p != '#' && strstr(p, "oob_tcp_keepalive_") != NULL;
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* The keepalive settings for the command's mpirun, each unless the user set any of them:
+ * in the environment (OMPI_MCA_...), or in the MCA parameter files Open MPI reads
+ * (~/.openmpi/mca-params.conf, those OMPI_MCA_mca_base_param_files names, the system's);
+ * a --mca on mpirun's command line wins over the environment anyway. */
+static void set_keepalive(void)
+{
+    char name[128], path[PATH_MAX];
+    for (size_t i = 0; i < sizeof KEEPALIVE / sizeof *KEEPALIVE; i++) {
+        snprintf(name, sizeof name, "OMPI_MCA_%s", KEEPALIVE[i][0]);
+        if (getenv(name))
+            return;
+    }
+    const char *home = getenv("HOME");
+    snprintf(path, sizeof path, "%s/.openmpi/mca-params.conf", home ? home : "");
+    if ((home && file_sets_keepalive(path)) ||
+        file_sets_keepalive("/etc/openmpi/openmpi-mca-params.conf"))
+        return;
+    const char *files = getenv("OMPI_MCA_mca_base_param_files");
+    for (const char *p = files; p && *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(path, sizeof path, "%.*s", (int)(n < sizeof path ? n : sizeof path - 1), p);
+        if (file_sets_keepalive(path))
+            return;
+        p += n + (p[n] == ':');
+    }
+    for (size_t i = 0; i < sizeof KEEPALIVE / sizeof *KEEPALIVE; i++) {
+        snprintf(name, sizeof name, "OMPI_MCA_%s", KEEPALIVE[i][0]);
+        setenv(name, KEEPALIVE[i][1], 0);
+    }
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -138,6 +198,9 @@ static void usage(FILE *out)
         "name a hostfile of them; give mpirun no -np and it starts one rank per slot), so\n"
         "after a node is lost the job restarts on the nodes that answer and resumes at the\n"
         "smaller world size.\n"
+        "Open MPI's TCP keepalives for mpirun's daemons are set (OMPI_MCA_oob_tcp_keepalive_\n"
+        "time=10, _intvl=2, _probes=3) unless set already, in the environment or an MCA\n"
+        "parameter file: a node whose link goes down is then declared lost in about 16 s.\n"
         "Exit status: COMMAND's last; %d means a collective stalled past its timeout, %d\n"
         "that a rank died and the job ended itself (spawn mode has no launcher to do it).\n",
         MT_EXIT_PREEMPTED, MT_EXIT_PREEMPTED, MT_EXIT_STALLED, MT_EXIT_LOST);
@@ -205,6 +268,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "mpitrain-run: --hostfile and --host-discovery exclude each other\n");
         return 2;
     }
+    set_keepalive();
     char hosts[4096] = "", last_hosts[4096] = "";
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
