@@ -569,8 +569,6 @@ static PyObject *py_fit(PyObject *module, PyObject *args)
     if (!result)
         goto done;
     res = NULL; /* the Result owns it */
-    if (!result)
-        goto done;
     out = Py_BuildValue("(iNO)", rc, result, fc.errors);
 done:
     mt_result_free(&res);
