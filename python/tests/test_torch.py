@@ -254,6 +254,22 @@ def test_parameters_refused_by_name(store, run_name, how, text):
     assert text in str(e.value), str(e.value)
 
 
+def test_prepared_twice_refused(store, run_name):
+    """A model (or a part of one) prepared twice in one function is refused by name; the
+    first preparation keeps working."""
+    def fn():
+        m = make("mlp")
+        ours = prepare_model(m)
+        with pytest.raises(ValueError, match="parameter '1.bias' belongs to a model prepared"):
+            prepare_model(nn.Sequential(nn.Linear(3, 3), m[2]))
+        x, y = batch(0)
+        nn.functional.cross_entropy(ours(x), y).backward()
+        same_on_every_rank([p.grad for p in ours.parameters()])
+        train.report({"ok": 1})
+
+    assert tfit(fn, store, run_name).error is None
+
+
 def test_prepare_model_outside_torch_trainer(store, run_name):
     def fn():
         prepare_model(make("mlp"))

@@ -159,9 +159,15 @@ class _Synced:
         self.buffers = []   # broadcast before a forward (DDP's way)
         self.forward_sync = True  # the previous forward had grad on and was not in no_sync
         self.lo = self.hi = 0
-        _live.append(self)  # closed at the attempt's end even if the set-up fails below
         named = _params(module)
         trainable = [(n, p) for n, p in reversed(named) if p.requires_grad]
+        taken = {id(p) for s in _live for p in s.params}
+        for n, p in trainable:  # the same program on every rank: refused on every rank
+            if id(p) in taken:
+                raise ValueError(f"prepare_model: parameter {n!r} belongs to a model prepared "
+                                 f"already in this training function (prepare each model "
+                                 f"once; its gradients would be averaged twice)")
+        _live.append(self)  # closed at the attempt's end even if the set-up fails below
         _agree_parameters([_describe(n, p) for n, p in trainable])
         for n, p in trainable:  # the same on every rank now: so is a refusal
             if p.dtype != torch.float32:
