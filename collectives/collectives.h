@@ -54,17 +54,24 @@ void mt__test_pause(const char *site, int rank);
 int mt__test_mpi(const char *site, int rank, int e);
 
 /* One collective call as the agreement sees it (call.c): its kind and arguments that must match
- * across ranks (n, x, y; their meaning depends on the kind), and their signature. Text
- * is made only when a message needs it (mt__call_describe), never on the fast path. */
+ * across ranks (n, x, y; their meaning depends on the kind), an array's shape when it has
+ * more than one dimension (ndim, dims; ndim 0 otherwise), and their signature. Text is
+ * made only when a message needs it (mt__call_describe), never on the fast path. */
+#define MT__CALL_MAX_DIMS 8
 typedef struct {
     int kind;
+    int ndim;
     uint64_t n;
     int64_t x, y;
+    uint64_t dims[MT__CALL_MAX_DIMS];
     uint64_t sig;
 } mt__call;
 
-/* Fill call; the signature covers kind, n, x and y. */
+/* Fill call (no shape); the signature covers kind, n, x and y. */
 void mt__call_init(mt__call *call, int kind, uint64_t n, int64_t x, int64_t y);
+/* Give call a shape of ndim (<= MT__CALL_MAX_DIMS) dimensions, mixed into its signature
+ * when ndim > 1 (a 0-d or 1-d array signs as the plain call of its count). */
+void mt__call_shape(mt__call *call, int ndim, const size_t *dims);
 /* "allreduce(count=4, f64, sum)" and the like. */
 void mt__call_describe(const mt__call *call, char *buf, size_t len);
 
@@ -123,6 +130,14 @@ int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who);
 int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op);
 int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root);
 int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dtype t);
+/* The same with the array's shape agreed too (ndim 0 to 8 dimensions, count their product;
+ * ndim 0 is one element): the _nd calls of mpitrain.h. */
+int mt__allreduce_nd(mt__comm *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                     mt_op op);
+int mt__broadcast_nd(mt__comm *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                     int root);
+int mt__allgather_nd(mt__comm *c, const void *send, void *recv, int ndim, const size_t *dims,
+                     mt_dtype t);
 int mt__barrier(mt__comm *c);
 /* Test hook: split data collectives into chunks of n elements (0 = INT_MAX). */
 void mt__set_chunk_elems(size_t n);

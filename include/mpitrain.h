@@ -384,6 +384,17 @@ MT_EXTERN int mt_broadcast(mt_context *c, void *buf, size_t count, mt_dtype t, i
 /* Collective. recv holds world_size * count elements, in rank order. */
 MT_EXTERN int mt_allgather(mt_context *c, const void *send, void *recv, size_t count,
                            mt_dtype t);
+/* Collective. The same three over an array of ndim dimensions (0 to 8; dims[0] x ... x
+ * dims[ndim-1] elements, C order; ndim 0 is one element): the shape is agreed in the
+ * call's one agreement, so ranks whose arrays hold as many elements in different shapes,
+ * (2, 3) and (3, 2), all get MT_EMISMATCH naming both calls' shapes. A 1-d array agrees
+ * with the plain call of its count. For allgather, dims is the send array's shape. */
+MT_EXTERN int mt_allreduce_nd(mt_context *c, void *buf, int ndim, const size_t *dims,
+                              mt_dtype t, mt_op op);
+MT_EXTERN int mt_broadcast_nd(mt_context *c, void *buf, int ndim, const size_t *dims,
+                              mt_dtype t, int root);
+MT_EXTERN int mt_allgather_nd(mt_context *c, const void *send, void *recv, int ndim,
+                              const size_t *dims, mt_dtype t);
 /* Collective. */
 MT_EXTERN int mt_barrier(mt_context *c);
 

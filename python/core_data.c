@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     PyObject_HEAD
@@ -254,6 +255,42 @@ static PyObject *shard_next(PyObject *self, PyObject *unused)
     return out;
 }
 
+/* _c_epoch(epoch, batch_size) -> seconds: Collective. One epoch through the shard in C
+ * alone (begin, then every batch, touching its first column's first byte), as
+ * mpitrain-bench's shard suite reads it: the C baseline of benchmarks/python_bench.py,
+ * timed in this process between the Python layer's own epochs. */
+static PyObject *shard_c_epoch(PyObject *self, PyObject *args)
+{
+    shard_obj *o = (shard_obj *)self;
+    int epoch;
+    Py_ssize_t batch;
+    if (!PyArg_ParseTuple(args, "in:_c_epoch", &epoch, &batch))
+        return NULL;
+    if (batch < 1 || o->ncols < 1)
+        return PyErr_Format(PyExc_ValueError, "_c_epoch: batch_size >= 1 and a column needed");
+    mt_iter_options opt = {.batch_size = (size_t)batch};
+    int rc, got = 0;
+    double secs;
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    rc = mt_shard_begin_epoch(o->s, epoch, &opt);
+    const mt_batch *bt;
+    volatile unsigned sum = 0;
+    while (!rc && (got = mt_shard_next(o->s, &bt)) == 1) {
+        const unsigned char *x = mt_batch_column(bt, o->names[0], o->as[0]);
+        sum += x ? x[0] : 0;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    Py_END_ALLOW_THREADS
+    if (!rc && got < 0)
+        rc = got;
+    if (rc)
+        return mt_py_raise(shard_state(self), rc);
+    return PyFloat_FromDouble(secs);
+}
+
 static PyGetSetDef shard_getset[] = {
     {"rows", shard_rows, NULL, "Rows this rank sees per epoch.", NULL},
     {"dropped_rows", shard_dropped, NULL, "Rows dropped from the even split.", NULL},
@@ -265,6 +302,7 @@ static PyMethodDef shard_methods[] = {
     {"set_column_dtype", shard_set_dtype, METH_VARARGS, NULL},
     {"begin_epoch", shard_begin, METH_VARARGS, NULL},
     {"next", shard_next, METH_NOARGS, NULL},
+    {"_c_epoch", shard_c_epoch, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,9 +16,10 @@
  * waiting in mt_report.
  *
  * Collectives take any C-contiguous buffer (numpy arrays; torch CPU tensors through
- * .numpy()) in place, with the GIL released while they wait. Arrays of more than one
- * dimension agree on their shape too (one more small collective), so that (2, 3) against
- * (3, 2) is a MismatchError on every rank, not a silent reshaping.
+ * .numpy()) in place, with the GIL released while they wait. They go through the _nd
+ * calls, so an array's shape is agreed in the call's one agreement with its count and
+ * type: (2, 3) against (3, 2) is a MismatchError on every rank naming both shapes, not a
+ * silent reshaping, and costs no extra collective.
  */
 #include "core.h"
 
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static mt_py_state *state(PyObject *module)
 {
@@ -320,36 +322,16 @@ static PyObject *py_report(PyObject *module, PyObject *args)
 
 /* ---------------------------------------------------------------- collectives */
 
-static const char *op_names[] = {"sum", "mean", "min", "max"};
-
-/* Agree on the shape of an n-d buffer: a MismatchError on every rank when they differ. */
-static int agree_shape(mt_py_state *st, mt_context *c, const Py_buffer *v, const char *what)
+/* The buffer's shape for the _nd collectives (at most 8 dimensions: the trailing ones of a
+ * deeper array are folded into the eighth, their product); returns ndim. */
+static int shape_of(const Py_buffer *v, size_t dims[8])
 {
-    if (v->ndim <= 1)
-        return 0;
-    uint64_t hsh = 1469598103934665603ull;
-    for (int d = 0; d < v->ndim; d++)
-        hsh = (hsh ^ (uint64_t)v->shape[d]) * 1099511628211ull;
-    int64_t x[2] = {(int64_t)(hsh >> 1), -(int64_t)(hsh >> 1)};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = mt_allreduce(c, x, 2, MT_I64, MT_MAX);
-    Py_END_ALLOW_THREADS
-    if (rc) {
-        mt_py_raise(st, rc);
-        return -1;
-    }
-    if (x[0] != -x[1]) {
-        PyObject *shape = PyTuple_New(v->ndim);
-        for (int d = 0; shape && d < v->ndim; d++)
-            PyTuple_SET_ITEM(shape, d, PyLong_FromSsize_t(v->shape[d]));
-        mt_set_error(MT_EMISMATCH, "");
-        PyErr_Format(st->errors[-MT_EMISMATCH - 1], "%s: the ranks passed arrays of the same "
-                     "size but different shapes (this rank: %R)", what, shape);
-        Py_XDECREF(shape);
-        return -1;
-    }
-    return 0;
+    int nd = v->ndim < 8 ? v->ndim : 8;
+    for (int d = 0; d < nd; d++)
+        dims[d] = (size_t)v->shape[d];
+    for (int d = 8; d < v->ndim; d++)
+        dims[7] *= (size_t)v->shape[d];
+    return nd;
 }
 
 static int get_buffer(PyObject *obj, Py_buffer *v, int writable, const char *what)
@@ -383,15 +365,15 @@ static PyObject *py_allreduce(PyObject *module, PyObject *args)
         return NULL;
     mt_dtype t = mt_py_dtype_of(&v, "allreduce");
     PyObject *out = NULL;
-    if (t && !agree_shape(st, c, &v, "allreduce")) {
+    if (t) {
         int rc;
-        size_t n = (size_t)(v.len / v.itemsize);
+        size_t dims[8];
+        int nd = shape_of(&v, dims);
         Py_BEGIN_ALLOW_THREADS
-        rc = mt_allreduce(c, v.buf, n, t, (mt_op)op);
+        rc = mt_allreduce_nd(c, v.buf, nd, dims, t, (mt_op)op);
         Py_END_ALLOW_THREADS
         out = rc ? mt_py_raise(st, rc) : Py_NewRef(obj);
     }
-    (void)op_names;
     PyBuffer_Release(&v);
     return out;
 }
@@ -410,10 +392,12 @@ static PyObject *py_broadcast(PyObject *module, PyObject *args)
         return NULL;
     mt_dtype t = mt_py_dtype_of(&v, "broadcast");
     PyObject *out = NULL;
-    if (t && !agree_shape(st, c, &v, "broadcast")) {
+    if (t) {
         int rc;
+        size_t dims[8];
+        int nd = shape_of(&v, dims);
         Py_BEGIN_ALLOW_THREADS
-        rc = mt_broadcast(c, v.buf, (size_t)(v.len / v.itemsize), t, root);
+        rc = mt_broadcast_nd(c, v.buf, nd, dims, t, root);
         Py_END_ALLOW_THREADS
         out = rc ? mt_py_raise(st, rc) : Py_NewRef(obj);
     }
@@ -438,16 +422,17 @@ static PyObject *py_allgather(PyObject *module, PyObject *args)
     }
     PyObject *out = NULL;
     mt_dtype t = mt_py_dtype_of(&s, "allgather"), tr = t ? mt_py_dtype_of(&r, "allgather") : 0;
-    size_t n = (size_t)(s.len / (s.itemsize ? s.itemsize : 1));
     if (t && tr && tr != t)
         PyErr_SetString(PyExc_TypeError, "allgather: out has another element type than the input");
     else if (t && tr && (size_t)r.len != (size_t)s.len * (size_t)mt_world_size(c))
         PyErr_Format(PyExc_ValueError, "allgather: out holds %zd bytes, needs world_size (%d) x "
                      "%zd", r.len, mt_world_size(c), s.len);
-    else if (t && tr && !agree_shape(st, c, &s, "allgather")) {
+    else if (t && tr) {
         int rc;
+        size_t dims[8];
+        int nd = shape_of(&s, dims);
         Py_BEGIN_ALLOW_THREADS
-        rc = mt_allgather(c, s.buf, r.buf, n, t);
+        rc = mt_allgather_nd(c, s.buf, r.buf, nd, dims, t);
         Py_END_ALLOW_THREADS
         out = rc ? mt_py_raise(st, rc) : Py_NewRef(recv);
     }
@@ -471,11 +456,106 @@ static PyObject *py_barrier(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------- the C baseline */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* _c_bench(kind, iters, buf=None, out=None): Collective. The C library's own path for
+ * benchmarks/python_bench.py, timed in this process between the Python layer's own runs:
+ * "allreduce" (sum), "broadcast" (root 0), "allgather" (buf into out): iters calls of
+ * the plain C call on buf's memory after one mt_barrier, the seconds of all of them;
+ * "report": iters mt_report calls of 8 numeric metrics (as mpitrain-bench's), each after
+ * an mt_barrier, the list of each call's seconds. The GIL is released throughout. */
+static PyObject *py_c_bench(PyObject *module, PyObject *args)
+{
+    mt_py_state *st = state(module);
+    const char *kind;
+    int iters;
+    PyObject *obj = Py_None, *outobj = Py_None;
+    if (!PyArg_ParseTuple(args, "si|OO:_c_bench", &kind, &iters, &obj, &outobj))
+        return NULL;
+    mt_context *c = mt_py_context(st, "_c_bench");
+    if (!c)
+        return NULL;
+    if (iters < 1)
+        return PyErr_Format(PyExc_ValueError, "_c_bench: iters must be >= 1");
+    int rc = 0;
+    if (!strcmp(kind, "report")) {
+        double *t = calloc((size_t)iters, sizeof *t);
+        mt_metrics *m = mt_metrics_new();
+        static const char *keys[8] = {"loss", "acc", "lr", "grad_norm", "samples_per_s",
+                                      "data_s", "compute_s", "comm_s"};
+        if (!t || !m) {
+            free(t);
+            mt_metrics_free(&m);
+            return PyErr_NoMemory();
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (int i = 0; i < iters && !rc; i++) {
+            for (int k = 0; k < 8; k++)
+                mt_metrics_set_f64(m, keys[k], i * 0.001 + k);
+            rc = mt_barrier(c);
+            double t0 = now_s();
+            if (!rc)
+                rc = mt_report(c, m, NULL);
+            t[i] = now_s() - t0;
+        }
+        Py_END_ALLOW_THREADS
+        mt_metrics_free(&m);
+        PyObject *list = rc ? NULL : PyList_New(iters);
+        for (int i = 0; list && i < iters; i++)
+            PyList_SET_ITEM(list, i, PyFloat_FromDouble(t[i]));
+        free(t);
+        return rc ? mt_py_raise(st, rc) : list;
+    }
+    int gather = !strcmp(kind, "allgather");
+    if (!gather && strcmp(kind, "allreduce") && strcmp(kind, "broadcast"))
+        return PyErr_Format(PyExc_ValueError, "_c_bench: unknown kind \"%s\"", kind);
+    Py_buffer v, r = {0};
+    if (get_buffer(obj, &v, !gather, "_c_bench"))
+        return NULL;
+    if (gather && get_buffer(outobj, &r, 1, "_c_bench (out)")) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    mt_dtype t = mt_py_dtype_of(&v, "_c_bench");
+    if (t && gather && (size_t)r.len != (size_t)v.len * (size_t)mt_world_size(c)) {
+        PyErr_SetString(PyExc_ValueError, "_c_bench: out must hold world_size x buf");
+        t = 0;
+    }
+    size_t n = (size_t)(v.len / (v.itemsize ? v.itemsize : 1));
+    double secs = 0;
+    if (t) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = mt_barrier(c);
+        double t0 = now_s();
+        for (int i = 0; i < iters && !rc; i++)
+            rc = gather ? mt_allgather(c, v.buf, r.buf, n, t)
+                 : kind[0] == 'a' ? mt_allreduce(c, v.buf, n, t, MT_SUM)
+                                  : mt_broadcast(c, v.buf, n, t, 0);
+        secs = now_s() - t0;
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&v);
+    if (gather)
+        PyBuffer_Release(&r);
+    if (!t)
+        return NULL;
+    return rc ? mt_py_raise(st, rc) : PyFloat_FromDouble(secs);
+}
+
 PyMethodDef mt_py_report_methods[] = {
     {"report", py_report, METH_VARARGS, "report(metrics, spec) (collective)."},
     {"allreduce", py_allreduce, METH_VARARGS, "allreduce(buffer, op) in place (collective)."},
     {"broadcast", py_broadcast, METH_VARARGS, "broadcast(buffer, root) in place (collective)."},
     {"allgather", py_allgather, METH_VARARGS, "allgather(send, recv) (collective)."},
     {"barrier", py_barrier, METH_NOARGS, "barrier() (collective)."},
+    {"_c_bench", py_c_bench, METH_VARARGS, "_c_bench(kind, iters, buf, out): the C path, "
+                                           "timed (benchmarks; collective)."},
     {NULL, NULL, 0, NULL},
 };

@@ -202,9 +202,11 @@ def test_torch_tensors_in_place(store, run_name):
 
 
 @pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
-@pytest.mark.parametrize("kind", ["size", "shape", "type"])
-def test_mismatched_collectives(store, run_name, kind):
-    """Different sizes, shapes or types across ranks: MismatchError on every rank."""
+@pytest.mark.parametrize("call", ["allreduce", "broadcast", "allgather"])
+@pytest.mark.parametrize("kind", ["size", "shape", "ndim", "type"])
+def test_mismatched_collectives(store, run_name, kind, call):
+    """Different sizes, shapes (same count) or types across ranks, only rank 1 differing:
+    MismatchError on every rank, naming both ranks' calls (both shapes)."""
     caught = []
 
     def fn():
@@ -213,18 +215,43 @@ def test_mismatched_collectives(store, run_name, kind):
             a = np.zeros(4 + (r == 1), np.float32)
         elif kind == "shape":
             a = np.zeros((2, 3) if r == 1 else (3, 2), np.float32)
+        elif kind == "ndim":
+            a = np.zeros((2, 3) if r == 1 else 6, np.float32)
         else:
             a = np.zeros(4, np.float64 if r == 1 else np.float32)
         try:
-            mpitrain.allreduce(a)
+            getattr(mpitrain, call)(a)
         except mpitrain.MismatchError as e:
             caught.append(str(e))
+        b = np.arange(6, dtype=np.float32).reshape(2, 3)  # the next call works again
+        mpitrain.allreduce(b)
+        assert b[1, 2] == 5 * WORLD
         train.report({"x": 1})
 
     fit(fn, store, run_name)
     assert len(caught) == 1, caught
+    assert f"rank 0 called {call}(" in caught[0] and f"rank 1 called {call}(" in caught[0]
     if kind == "shape":
-        assert "different shapes" in caught[0]
+        assert "shape=(3, 2)" in caught[0] and "shape=(2, 3)" in caught[0], caught[0]
+    if kind == "ndim":
+        assert "shape=(2, 3)" in caught[0], caught[0]
+
+
+@pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
+def test_collective_shapes_that_agree(store, run_name):
+    """Same shapes agree (0-d, 1-d, n-d, more than 8 dimensions, empty), and a 1-d array
+    of the same count as a plain C call's: no false mismatch."""
+    def fn():
+        for shape in [(), (5,), (2, 3), (1,) * 10 + (2,), (0, 3)]:
+            a = np.ones(shape, np.float64)
+            mpitrain.allreduce(a)
+            assert a.shape == shape and np.all(a == WORLD)
+            mpitrain.broadcast(a, root=1)
+            g = mpitrain.allgather(a)
+            assert g.shape == (WORLD,) + shape
+        train.report({"x": 1})
+
+    fit(fn, store, run_name)
 
 
 # ---------------------------------------------------------------- report, result, checkpoints
