@@ -4,6 +4,8 @@
 # (784-256-128-10) reaches 0.88 test accuracy and the CNN 0.90 within 10 epochs (each run
 # stops at the first epoch that reaches it: --target); the MLP once more with no launcher
 # (spawn mode, 2 workers); and its argument checks (--help, bad values, a missing file).
+# Also benchmarks/torch_bench.py runs at all (one short round, no data): its table has a
+# row per model with every figure (never a timing checked).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 py=${MT_PYTHON:-}
@@ -36,6 +38,17 @@ done
 rc=$?
 if [ $rc -eq 2 ] && grep -q "none.h5: no such file" "$err"; then ok "a missing data file is refused by name"
 else bad "a missing data file (exit $rc)"; fi
+
+"$run" 2 -x PYTHONPATH -x OPENBLAS_NUM_THREADS -x PYTHONDONTWRITEBYTECODE "$py" \
+    "${top_srcdir:-.}/benchmarks/torch_bench.py" --rounds 1 --seconds 0.2 --storage-path "$store" \
+    --json "$store/bench.json" >"$out" 2>"$err"
+rc=$?
+rows=$(grep -cE '^(mlp|cnn) +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +shm$' "$out")
+if [ $rc -eq 0 ] && [ "$rows" -eq 2 ] && "$py" -c "import json, sys; r = json.load(open(sys.argv[1])); \
+    assert all(r[k][w] > 0 for k in ('mlp', 'cnn') for w in ('ceiling', 'mpitrain', 'ddp'))" \
+    "$store/bench.json"; then
+    ok "benchmarks/torch_bench.py runs: a row per model, every figure in its JSON"
+else bad "benchmarks/torch_bench.py (exit $rc, $rows rows)"; fi
 
 fmnist_h5 all
 # accuracy MODEL TARGET NAME [MPIRUN-NP]: the example to TARGET within 10 epochs

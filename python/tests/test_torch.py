@@ -150,6 +150,12 @@ def test_gradients_equal_ddp(store, run_name, kind):
                 close(a, b, f"{kind} step {step} parameter {i}")
             opt_ref.step()
             opt.step()
+            if step == 1:  # an evaluation between steps: DDP's buffer rule after it
+                for m in (ref, ours):
+                    m.eval()
+                    with torch.no_grad():
+                        m(x)
+                    m.train()
         for (n, p), q in zip(ours.module.named_parameters(), ref.module.parameters()):
             close(p.detach(), q.detach(), f"{kind} parameter {n} after the steps")
         for (n, b), c in zip(ours.module.named_buffers(), ref.module.buffers()):
@@ -163,13 +169,14 @@ def test_gradients_equal_ddp(store, run_name, kind):
     assert out["algo"] == ("none" if WORLD == 1 else "shm")
 
 
-def test_no_sync_and_replaced_gradients(store, run_name):
-    """Two backward passes under no_sync then one outside average the sum (DDP's); a .grad
-    set to None (zero_grad(set_to_none=True)) or replaced is copied into its view, and the
-    .grads are views of the block again after the backward."""
+@pytest.mark.parametrize("kind", ["mlp", "batchnorm"])
+def test_no_sync_and_replaced_gradients(store, run_name, kind):
+    """Two backward passes under no_sync then one outside average the sum (DDP's, buffers
+    included); a .grad set to None (zero_grad(set_to_none=True)) or replaced is copied into
+    its view, and the .grads are views of the block again after the backward."""
     def fn():
         dist.init_process_group("gloo")
-        base = make("mlp")
+        base = make(kind)
         ref = DDP(copy.deepcopy(base))
         ours = prepare_model(base)
         s = ours._synced
@@ -189,6 +196,8 @@ def test_no_sync_and_replaced_gradients(store, run_name):
                 close(a, b, f"step {step} parameter {i}")
             for p in ours.parameters():
                 assert s.lo <= p.grad.data_ptr() < s.hi, "the .grad is not a view of the block"
+        for (n, b), c in zip(ours.module.named_buffers(), ref.module.buffers()):
+            close(b.float(), c.float(), f"buffer {n}")
         train.report({"ok": 1})
 
     assert tfit(fn, store, run_name).error is None
@@ -243,6 +252,22 @@ def test_parameters_refused_by_name(store, run_name, how, text):
     with pytest.raises(TrainingFailedError) as e:
         tfit(fn, store, run_name)
     assert text in str(e.value), str(e.value)
+
+
+def test_prepared_twice_refused(store, run_name):
+    """A model (or a part of one) prepared twice in one function is refused by name; the
+    first preparation keeps working."""
+    def fn():
+        m = make("mlp")
+        ours = prepare_model(m)
+        with pytest.raises(ValueError, match="parameter '1.bias' belongs to a model prepared"):
+            prepare_model(nn.Sequential(nn.Linear(3, 3), m[2]))
+        x, y = batch(0)
+        nn.functional.cross_entropy(ours(x), y).backward()
+        same_on_every_rank([p.grad for p in ours.parameters()])
+        train.report({"ok": 1})
+
+    assert tfit(fn, store, run_name).error is None
 
 
 def test_prepare_model_outside_torch_trainer(store, run_name):

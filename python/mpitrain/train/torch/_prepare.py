@@ -156,11 +156,18 @@ class _Synced:
         self.queued = False
         self.no_sync = False
         self.active = False
-        self.broadcast_buffers = broadcast_buffers
+        self.buffers = []   # broadcast before a forward (DDP's way)
+        self.forward_sync = True  # the previous forward had grad on and was not in no_sync
         self.lo = self.hi = 0
-        _live.append(self)  # closed at the attempt's end even if the set-up fails below
         named = _params(module)
         trainable = [(n, p) for n, p in reversed(named) if p.requires_grad]
+        taken = {id(p) for s in _live for p in s.params}
+        for n, p in trainable:  # the same program on every rank: refused on every rank
+            if id(p) in taken:
+                raise ValueError(f"prepare_model: parameter {n!r} belongs to a model prepared "
+                                 f"already in this training function (prepare each model "
+                                 f"once; its gradients would be averaged twice)")
+        _live.append(self)  # closed at the attempt's end even if the set-up fails below
         _agree_parameters([_describe(n, p) for n, p in trainable])
         for n, p in trainable:  # the same on every rank now: so is a refusal
             if p.dtype != torch.float32:
@@ -181,6 +188,8 @@ class _Synced:
                 _broadcast_tensor(p)
             for _, b in _buffers(module):
                 _broadcast_tensor(b)
+        if broadcast_buffers:
+            self.buffers = [b for _, b in _buffers(module)]
         self.fusion = _core.Fusion(bucket_bytes, compression, algo)
         offsets, total = [], 0
         for _, p in trainable:
@@ -207,8 +216,20 @@ class _Synced:
         self.active = True
 
     def _hook(self, k, p):
-        def hook(*_):
-            self._ready(k)
+        v, i, ready = self.views[k], self.index[k], self.ready
+        mark = self.fusion.ready
+        queue = torch.autograd.Variable._execution_engine.queue_callback
+
+        def hook(*_):  # the hot path: a few attribute reads and one C call
+            if self.no_sync or not self.active:
+                return
+            if not self.queued:
+                self.queued = True
+                queue(self._finish)
+            if p.grad is not v:  # the same tensor object while nothing replaced it
+                self._put_back(k)
+            ready[k] = True
+            mark(i)
 
         if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
             self.handles.append(p.register_post_accumulate_grad_hook(lambda _p: hook()))
@@ -227,16 +248,6 @@ class _Synced:
             v.copy_(g)  # replaced by the user or by zero_grad(set_to_none=True)
             p.grad = v
 
-    def _ready(self, k):
-        if self.no_sync or not self.active:
-            return
-        if not self.queued:
-            self.queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
-        self._put_back(k)
-        self.ready[k] = True
-        self.fusion.ready(self.index[k])
-
     def _finish(self):
         """Backward's end (the engine's queued callback): the rest ready, then the wait."""
         try:
@@ -247,12 +258,12 @@ class _Synced:
             self.fusion.wait()
         finally:
             self.queued = False
-            self.ready = [False] * len(self.params)
+            self.ready[:] = [False] * len(self.ready)  # in place: the hooks hold it
 
     def sync_buffers(self):
-        """Collective: rank 0's buffers on every rank (before each training forward)."""
+        """Collective: rank 0's buffers on every rank."""
         with torch.no_grad():
-            for _, b in _buffers(self.module):
+            for b in self.buffers:
                 _broadcast_tensor(b)
 
     def close(self):
@@ -280,6 +291,7 @@ class _Synced:
         self.fusion.close()
         self.fusion = None
         self.module = None
+        self.buffers = []
 
 
 def _move_off(ptr: int, copy: torch.Tensor) -> None:
@@ -320,9 +332,10 @@ class DistributedModel(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         s = self._synced
-        if (s.active and s.broadcast_buffers and self.training and torch.is_grad_enabled()
-                and not s.no_sync):
-            s.sync_buffers()
+        if s.buffers and s.active:  # DDP's rule: when the previous forward synchronised
+            if s.forward_sync:
+                s.sync_buffers()
+            s.forward_sync = torch.is_grad_enabled() and not s.no_sync
         return self.module(*args, **kwargs)
 
     @contextlib.contextmanager
@@ -355,7 +368,8 @@ def prepare_model(model, move_to_device=True, parallel_strategy="ddp",
     ("none", "fp16", "bf16"; default MT_FUSION_COMPRESS or none) and ``algo`` ("auto",
     "flat", "shm", "hier"; default MT_FUSION_ALGO or auto) are the C fusion's options.
     ``broadcast_buffers``: rank 0's buffers (BatchNorm's running statistics) copied to every
-    rank before each training forward, as DDP does. ``parallel_strategy_kwargs`` may hold
+    rank before a forward, as DDP does (when the previous forward ran with grad enabled and
+    outside no_sync: collective then). ``parallel_strategy_kwargs`` may hold
     DDP's ``bucket_cap_mb`` and ``broadcast_buffers``; other DDP options are accepted and
     need nothing here (unused parameters are always handled).
     """
