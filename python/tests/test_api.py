@@ -472,6 +472,46 @@ def test_dataset_shard(store, run_name, data):
     assert seen["test_rows"] == 100  # not split: whole on every rank
 
 
+@pytest.mark.parametrize("mode", ["plain", "shuffle", "convert", "torch"])
+def test_batch_views_outlive_batch_epoch_and_fit(store, run_name, data, mode):
+    """Views kept past the next batch, the next window (the shard streamed in windows), the
+    next epoch and the end of the fit still read their own rows: never another batch's
+    rows, never freed memory."""
+    torch = pytest.importorskip("torch") if mode == "torch" else None
+    kept = []
+
+    def check():
+        for x, y, y0 in kept:
+            if torch is not None and isinstance(x, torch.Tensor):
+                x, y = x.numpy(), y.numpy()
+            np.testing.assert_array_equal(y, y0)
+            np.testing.assert_array_equal(x[:, 0], y0.astype(x.dtype))
+
+    def fn():
+        s = train.get_dataset_shard("train")
+        kw = dict(batch_size=10, shuffle=mode == "shuffle", seed=3,
+                  dtypes={"x": np.float64, "y": np.int32} if mode == "convert" else None)
+        it = s.iter_torch_batches if mode == "torch" else s.iter_batches
+        for epoch in range(2):
+            for i, b in enumerate(it(**kw)):
+                if i % 7 == 0:
+                    y0 = b["y"].numpy() if torch is not None else b["y"]
+                    kept.append((b["x"], b["y"], np.array(y0)))  # the view and a copy
+                check()
+        held = next(iter(s.iter_batches(batch_size=10)))  # an epoch left unfinished
+        kept.append((held["x"], held["y"], held["y"].copy()))
+        for b in s.iter_batches(batch_size=20):  # a new layout: the buffers are made again
+            pass
+        check()
+        train.report({"x": 1})
+
+    # 25 bytes a row: windows of 50 rows, so 10 windows an epoch and the read-ahead runs
+    fit(fn, store, run_name, datasets={"train": data},
+        dataset_config=DataConfig(memory_limit=25 * 100))
+    assert len(kept) > 10
+    check()  # the fit is over and its shard freed: the views still hold their rows
+
+
 def test_iter_torch_batches(store, run_name, data):
     torch = pytest.importorskip("torch")
     seen = []
