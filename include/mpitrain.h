@@ -368,6 +368,17 @@ MT_EXTERN size_t mt_batch_rows(const mt_batch *b);
 /* Local. The column's rows in C order (rows x row elements), converted to `as`; NULL with
  * mt_last_error() set for an unknown column. Valid until the next mt_shard_next. */
 MT_EXTERN const void *mt_batch_column(const mt_batch *b, const char *column, mt_dtype as);
+/* Local. Keeps the memory of every column mt_batch_column returned for b so far allocated
+ * and unchanged until mt_batch_hold_free, past the next mt_shard_next, the next epoch
+ * and the end of the fit: the shard reads what comes next into other memory (a binding's
+ * views of a batch cannot dangle). NULL with mt_last_error() set when out of memory or b
+ * is not a live batch. Holding batch k while asking for batch k+1 costs nothing; a batch
+ * held longer keeps its buffers (a window of the shard's rows, or a batch's worth) until
+ * it is released. */
+typedef struct mt_batch_hold mt_batch_hold;
+MT_EXTERN mt_batch_hold *mt_batch_hold_new(const mt_batch *b);
+/* Local, any thread, any time (after the fit too). Frees the hold; *h becomes NULL. */
+MT_EXTERN void mt_batch_hold_free(mt_batch_hold **h);
 
 /* ---------------------------------------------------------------- collectives */
 

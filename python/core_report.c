@@ -8,12 +8,13 @@
  * (rank 0) and the others None; mt_report wants one on every rank or on none. So one
  * small agreement goes first: the most any rank has ("a checkpoint", "this rank failed to
  * prepare its report", its number of arrays), and a rank without one passes an empty one.
- * Arrays are the exception: mt_report wants the same arrays from every rank, so ranks whose
- * checkpoints hold different numbers of arrays all get a MismatchError saying so (files
- * and metadata may come from rank 0 alone). A rank that failed
- * to convert its metrics or build its checkpoint says so in the same agreement: every rank
- * raises (that rank its own error, the others PeerError naming it) and none is left
- * waiting in mt_report.
+ * Arrays: mt_report wants the same arrays from every rank; when only rank 0's checkpoint
+ * holds arrays, their layout is broadcast and the others put the same arrays over zeroed
+ * memory (rank 0's copy is what is stored); any other disagreement on the number of arrays
+ * is an error on every rank saying so. A rank that failed to convert its metrics or build
+ * its checkpoint says so in the same agreement and its message is broadcast: every rank
+ * raises (that rank its own error, the others PeerError naming it and quoting the error)
+ * and none is left waiting in mt_report.
  *
  * Collectives take any C-contiguous buffer (numpy arrays; torch CPU tensors through
  * .numpy()) in place, with the GIL released while they wait. They go through the _nd
@@ -141,7 +142,11 @@ PyObject *mt_py_metrics_dict(const mt_metrics *m)
 
 typedef struct {
     Py_buffer views[MAX_ARRAYS];
+    const char *names[MAX_ARRAYS]; /* the spec's own strings (alive while report runs) */
+    char sharded[MAX_ARRAYS];
     int nviews;
+    void *fill[MAX_ARRAYS];        /* zeroed stand-ins for rank 0's arrays (see below) */
+    int nfill;
 } held;
 
 static void held_release(held *h)
@@ -149,6 +154,91 @@ static void held_release(held *h)
     for (int i = 0; i < h->nviews; i++)
         PyBuffer_Release(&h->views[i]);
     h->nviews = 0;
+    for (int i = 0; i < h->nfill; i++)
+        free(h->fill[i]);
+    h->nfill = 0;
+}
+
+/* ---------------------------------------------------------------- arrays from rank 0 alone
+ *
+ * Ray's other idiom, only rank 0 passing a checkpoint: its arrays are described (name,
+ * dtype, layout, shape) and broadcast, and every rank that has no arrays puts the same
+ * ones over zeroed memory (calloc: pages never touched), so mt_report sees the same arrays
+ * everywhere and stores rank 0's: a replicated array's copy is rank 0's, and a sharded one
+ * gets no rows from the others. */
+
+/* Rank 0's description: per array u16 name length, the name, u8 dtype, u8 sharded, u8
+ * ndim, ndim x u64 dims. malloc'd, *len bytes; NULL when out of memory. */
+static unsigned char *describe_arrays(const held *h, size_t *len)
+{
+    size_t n = 0;
+    for (int i = 0; i < h->nviews; i++)
+        n += 2 + strlen(h->names[i]) + 3 + 8 * (size_t)(h->views[i].ndim ? h->views[i].ndim : 1);
+    unsigned char *d = malloc(n ? n : 1), *p = d;
+    if (!d)
+        return NULL;
+    for (int i = 0; i < h->nviews; i++) {
+        const Py_buffer *v = &h->views[i];
+        uint16_t nl = (uint16_t)strlen(h->names[i]);
+        memcpy(p, &nl, 2);
+        memcpy(p + 2, h->names[i], nl);
+        p += 2 + nl;
+        *p++ = (unsigned char)mt_py_dtype_of(v, "checkpoint");
+        *p++ = (unsigned char)h->sharded[i];
+        int nd = v->ndim ? v->ndim : 1;
+        *p++ = (unsigned char)nd;
+        for (int k = 0; k < nd; k++) {
+            uint64_t x = v->ndim ? (uint64_t)v->shape[k] : 1;
+            memcpy(p, &x, 8);
+            p += 8;
+        }
+    }
+    *len = n;
+    return d;
+}
+
+/* Put rank 0's described arrays into ck over zeroed memory (no GIL needed). */
+static int fill_arrays(mt_checkpoint *ck, const unsigned char *d, size_t len, held *h)
+{
+    const unsigned char *p = d, *end = d + len;
+    while (p < end) {
+        uint16_t nl;
+        char name[256];
+        if (end - p < 2)
+            goto bad;
+        memcpy(&nl, p, 2);
+        if (nl >= sizeof name || end - p < 2 + nl + 3)
+            goto bad;
+        memcpy(name, p + 2, nl);
+        name[nl] = '\0';
+        p += 2 + nl;
+        mt_dtype t = (mt_dtype)*p++;
+        int sharded = *p++, nd = *p++;
+        size_t dims[8], n = mt_dtype_size(t);
+        if (nd < 1 || nd > 8 || end - p < 8 * nd || h->nfill == MAX_ARRAYS)
+            goto bad;
+        for (int k = 0; k < nd; k++) {
+            uint64_t x;
+            memcpy(&x, p, 8);
+            p += 8;
+            dims[k] = (size_t)x;
+        }
+        if (sharded)
+            dims[0] = 0; /* no rows from this rank */
+        for (int k = 0; k < nd; k++)
+            n *= dims[k];
+        void *buf = calloc(1, n ? n : 1);
+        if (!buf)
+            return mt_set_error(MT_ENOMEM, "report: out of memory for rank 0's array layout");
+        h->fill[h->nfill++] = buf;
+        int rc = mt_checkpoint_put(ck, name, t, nd, dims, buf, sharded ? MT_SHARDED
+                                                                        : MT_REPLICATED);
+        if (rc)
+            return rc;
+    }
+    return MT_OK;
+bad:
+    return mt_set_error(MT_EFORMAT, "report: rank 0's array description is damaged");
 }
 
 static int ck_fail(mt_py_state *st, int rc)
@@ -186,6 +276,8 @@ static int build_checkpoint(mt_checkpoint *ck, PyObject *spec, held *h, mt_py_st
         Py_buffer *v = &h->views[h->nviews];
         if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
             return -1;
+        h->names[h->nviews] = name;
+        h->sharded[h->nviews] = (char)sharded;
         h->nviews++;
         char what[300];
         snprintf(what, sizeof what, "checkpoint array \"%s\"", name);
@@ -272,37 +364,80 @@ static PyObject *py_report(PyObject *module, PyObject *args)
         local = -1;
     /* this rank's exception, if any, waits until every rank knows */
     PyObject *type = NULL, *value = NULL, *tb = NULL;
-    if (local)
+    char note[1024] = ""; /* its text, for the other ranks */
+    if (local) {
         PyErr_Fetch(&type, &value, &tb);
-    /* the most of: a checkpoint, a failing rank, its arrays (and the fewest, negated) */
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyObject *txt = value ? PyObject_Str(value) : NULL;
+        const char *u = txt ? PyUnicode_AsUTF8(txt) : NULL;
+        snprintf(note, sizeof note, "%s: %s", type ? ((PyTypeObject *)type)->tp_name : "error",
+                 u ? u : "?");
+        Py_XDECREF(txt);
+        PyErr_Clear();
+    }
+    int world = mt_world_size(c), me = mt_world_rank(c);
     int32_t narr = ck ? h.nviews : 0;
-    int32_t agree[4] = {ck != NULL, local ? mt_world_rank(c) + 1 : 0, narr, -narr};
-    int rc;
+    size_t dlen = 0;
+    unsigned char *desc = NULL;
+    int nomem = me == 0 && !local && narr > 0 && !(desc = describe_arrays(&h, &dlen));
+    if (nomem)
+        snprintf(note, sizeof note, "report: out of memory describing the checkpoint's arrays");
+    /* the most of: a checkpoint, the lowest failing rank (world - rank), its arrays (and
+     * the fewest, negated), rank 0's arrays and the bytes of their description */
+    int32_t agree[6] = {ck != NULL, local || nomem ? world - me : 0, narr, -narr,
+                        me == 0 ? narr : 0, me == 0 ? (int32_t)dlen : 0};
+    int rc, failed_rank = -1, fill = 0;
     Py_BEGIN_ALLOW_THREADS
-    rc = mt_allreduce(c, agree, 4, MT_I32, MT_MAX);
-    if (!rc && !agree[1] && agree[2] != -agree[3]) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "report: the ranks' checkpoints hold different numbers of "
-                 "arrays (from %d to %d; this rank %d): arrays need a checkpoint from every "
-                 "rank with the same arrays (replicated ones: rank 0's copy is stored); a "
-                 "checkpoint of files and metadata only may come from some ranks, the others "
-                 "passing None", (int)-agree[3], (int)agree[2], (int)narr);
-        rc = mt_set_error(MT_EMISMATCH, msg);
+    rc = mt_allreduce(c, agree, 6, MT_I32, MT_MAX);
+    if (!rc && agree[1]) { /* the failing rank's message, to every rank */
+        failed_rank = world - agree[1];
+        rc = mt_broadcast(c, note, sizeof note, MT_U8, failed_rank);
+        note[sizeof note - 1] = '\0';
+    } else if (!rc && agree[2] != -agree[3]) {
+        int32_t n0 = agree[4];
+        char msg[640];
+        if (n0 > 0 && n0 == agree[2]) {
+            fill = 1; /* rank 0 has the most arrays: the ranks without any take its layout */
+        } else if (n0 == 0) {
+            snprintf(msg, sizeof msg, "report: some ranks' checkpoints hold arrays (up to %d; "
+                     "this rank %d) but rank 0's holds none: arrays come from rank 0 alone "
+                     "(the others passing None or no arrays) or from every rank (the same "
+                     "arrays; replicated ones store rank 0's copy)", (int)agree[2], (int)narr);
+            rc = mt_set_error(MT_EINVAL, msg);
+        } else {
+            snprintf(msg, sizeof msg, "report: the ranks' checkpoints hold different numbers "
+                     "of arrays (from %d to %d; rank 0 %d, this rank %d): arrays come from "
+                     "rank 0 alone (the others passing None or no arrays) or from every rank "
+                     "with the same arrays (replicated ones: rank 0's copy is stored)",
+                     (int)-agree[3], (int)agree[2], (int)n0, (int)narr);
+            rc = mt_set_error(MT_EMISMATCH, msg);
+        }
+    }
+    if (fill) { /* every rank: rank 0's description, then the ranks without arrays fill */
+        size_t n = (size_t)agree[5];
+        unsigned char *d = me == 0 ? desc : malloc(n ? n : 1);
+        rc = mt_broadcast(c, d, d ? n : 0, MT_U8, 0); /* a lost malloc: a mismatch, no hang */
+        if (!rc && narr == 0 && !ck && !(ck = mt_checkpoint_new()))
+            rc = mt_set_error(MT_ENOMEM, "report: out of memory for a checkpoint");
+        if (!rc && narr == 0)
+            rc = fill_arrays(ck, d, n, &h);
+        if (d != desc)
+            free(d);
     }
     if (!rc && !agree[1] && agree[0] && !ck && !(ck = mt_checkpoint_new()))
         rc = mt_set_error(MT_ENOMEM, "report: out of memory for an empty checkpoint");
     Py_END_ALLOW_THREADS
+    free(desc);
     PyObject *out = NULL;
-    if (local) {
+    if (local && !rc) {
         PyErr_Restore(type, value, tb); /* this rank's own error */
-        if (rc)                          /* ... unless the agreement failed itself */
-            PyErr_Clear(), mt_py_raise(st, rc);
-    } else if (rc) {
+        type = value = tb = NULL;
+    } else if (rc) { /* the agreement failed itself */
         mt_py_raise(st, rc);
-    } else if (agree[1]) {
+    } else if (failed_rank >= 0) {
         mt_set_error(MT_EPEER, "");
         PyErr_Format(st->errors[-MT_EPEER - 1], "report: rank %d failed to prepare its report "
-                     "(its metrics or checkpoint); see that rank's error", agree[1] - 1);
+                     "(its metrics or checkpoint): %s", failed_rank, note);
     } else {
         Py_BEGIN_ALLOW_THREADS
         rc = mt_report(c, m, ck);
@@ -314,6 +449,9 @@ static PyObject *py_report(PyObject *module, PyObject *args)
         else
             out = Py_NewRef(Py_None);
     }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
     held_release(&h);
     mt_metrics_free(&m);
     mt_checkpoint_free(&ck);
