@@ -116,6 +116,9 @@ int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who
  * receives the combined result when the agreement is OK (untouched otherwise).
  */
 #define MT__AGREE_PAYLOAD 192
+/* The agreement's point-to-point messages on a mt__comm (agree.c); no other message there
+ * uses it. */
+#define MT__TAG_AGREE 7100
 enum { MT__PAY_NONE = 0, MT__PAY_REDUCE, MT__PAY_STATS };
 typedef struct {
     int kind, dtype, op;

@@ -54,6 +54,22 @@ json_t *mt__metrics_to_json(const mt_metrics *m);
  * other values are passed over. MT_ENOMEM when out of memory. */
 int mt__metrics_from_json(mt_metrics *m, const json_t *o);
 
+/* ------------------------------------------------------------ epoch plans (plan.c) */
+/* Which rows of a dataset of n rows, in blocks of B, a rank reads in an epoch: positions
+ * [base, base + rows) of the epoch's order of blocks. A few words, whatever n. */
+typedef struct {
+    int64_t n, B, nblocks, last_len, short_place, base, rows;
+    bool shuffle;
+    int half_bits;
+    uint64_t key;
+} mt__plan;
+void mt__plan_make(mt__plan *p, int64_t n, int64_t B, bool shuffle, uint64_t seed, int epoch,
+                   int64_t base, int64_t rows);
+/* The file's runs holding this rank's positions [lo, hi), sorted and merged (the caller
+ * frees *out); MT_ENOMEM naming the dataset. Time and memory in the blocks they span. */
+int mt__plan_runs(const mt__plan *p, int64_t lo, int64_t hi, mt__run **out, int *nout,
+                  const char *name);
+
 /* ------------------------------------------------------------ per-rank statistics */
 /* The layout of a report's statistics, agreed at the report where rank 0's keys last
  * changed and kept on every rank (spread.c). */
