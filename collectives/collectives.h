@@ -137,6 +137,15 @@ int mt__topology_get(mt__comm *c, mt__topology *out);
  * caller frees it) in *node, or MPI_COMM_NULL on an error. */
 int mt__topology_node(mt__comm *c, mt__topology *out, MPI_Comm *node);
 
+/* Where this rank waits, for the stall watchdog (position.c): in the data movement of the
+ * call last agreed, or for what it started (the runtime waiting for its checkpoint
+ * commit's thread). A thread that called mt__watch_quiet moves data on a communicator of
+ * its own while this rank goes on (that commit thread): its waits are not where this rank
+ * is, and are not recorded. */
+void mt__watch_data(void);
+void mt__watch_leave(void);
+void mt__watch_quiet(void);
+
 /* Byte movement inside an agreed collective (stream.c). */
 int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens);
 /* The same when every rank knows the largest len (one collective instead of two). */

@@ -121,13 +121,25 @@ typedef struct {
 /* num_to_keep: 0 = keep all.  score_attribute: NULL = keep the newest.
  * score_order: MT_ORDER_MAX (default) or MT_ORDER_MIN.
  * frequency: 0 = only when the training function asks; N = every N reports.
- * at_end: false (default) = no extra checkpoint at the end. */
+ * at_end: false (default) = no extra checkpoint at the end.
+ * async_commit: false = MT_CHECKPOINT_ASYNC (1 turns it on; default off). On: mt_report
+ *   with a checkpoint returns once this rank's part is copied into staging memory; the
+ *   gather to rank 0, the write, the fsync and the commit go on in a library thread (on
+ *   its own communicator) while training continues. One commit at a time: the next
+ *   report with a checkpoint, the end of each attempt and preemption wait for it; a
+ *   failed commit is the error of the next report on every rank. Needs
+ *   MPI_THREAD_MULTIPLE (without it commits stay synchronous). Every rank must agree.
+ * staging_bytes: 0 = MT_CHECKPOINT_STAGING, else 1 GiB: the staging memory a rank holds
+ *   for an asynchronous commit (at least MT_CHECKPOINT_BUFFER, 64 MiB: one piece); a
+ *   part larger than it makes mt_report wait until the rest fits. */
 typedef struct {
     int num_to_keep;
     const char *score_attribute;
     mt_order score_order;
     int frequency;
     bool at_end;
+    bool async_commit;
+    size_t staging_bytes;
 } mt_checkpoint_config;
 
 /* max_failures: 0 (default) = no retry; -1 = unlimited.
@@ -193,7 +205,8 @@ MT_EXTERN int mt_config_validate(const mt_trainer_config *cfg);
  * already in cfg > defaults. Options (both "--opt VALUE" and "--opt=VALUE"):
  *   --name, --storage-path, --num-workers, --cpus-per-worker, --max-failures,
  *   --num-to-keep, --checkpoint-score-attribute, --checkpoint-score-order max|min,
- *   --checkpoint-frequency, --checkpoint-at-end, --overwrite, --resume-from-checkpoint,
+ *   --checkpoint-frequency, --checkpoint-at-end, --checkpoint-async, --checkpoint-staging,
+ *   --overwrite, --resume-from-checkpoint,
  *   --stall-warn, --stall-timeout, --verbose, --trace.
  * Everything else stays in argv, in order, for the program: its own options, --help, and
  * a "--" with what follows it (which the library does not read). A program then takes its
