@@ -25,6 +25,7 @@
     XX(REPORT, "report")                                                      \
     XX(REPORT_DONE, "report-commit")                                          \
     XX(CKPT_GET, "checkpoint-get")                                            \
+    XX(CKPT_WAIT, "checkpoint-wait")                                          \
     XX(EPOCH, "begin-epoch")                                                  \
     XX(INTERNAL, "internal")                                                  \
     XX(TEST, "test")

@@ -533,7 +533,9 @@ MT_EXTERN const char *mt_metrics_key(const mt_metrics *m, size_t i);
  * too. Adds training_iteration, iterations_since_restore, timestamp, time_this_iter_s,
  * time_total_s and, with a checkpoint, checkpoint_dir_name. With ck (non-NULL on every
  * rank, or NULL on every rank; one being built: a stored one is MT_EINVAL) the checkpoint
- * is committed before it returns. Returns MT_ESTOP once a stop was requested
+ * is committed before it returns; with run.checkpoint.async_commit, once it is staged
+ * (the commit goes on in a thread; this report first waits for the one in flight, and
+ * any report returns a failed one's error on every rank). Returns MT_ESTOP once a stop was requested
  * (SIGTERM/SIGUSR1) and a checkpoint has been committed since. Bad input found here (a
  * reserved key, a score attribute the first report lacks, a stored checkpoint) fails the
  * attempt without a retry: a retry would fail the same way. */
@@ -580,6 +582,13 @@ MT_EXTERN int mt_checkpoint_set_meta_f64(mt_checkpoint *ck, const char *key, dou
  * '.', checkpoint.h5, rank<N>), and a PATH that is not a readable regular file. Setting
  * a metadata key again replaces its value. */
 MT_EXTERN int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path);
+/* Collective over the fit's ranks. Waits until the asynchronous commit in flight
+ * (run.checkpoint.async_commit), if any, has ended on every rank: MT_OK once it is
+ * committed, else its failure on every rank (the failing rank's code, MT_EPEER on the
+ * others; the next report does not repeat it). With synchronous commits, only the
+ * agreement. For a program that must know a checkpoint is durable before it goes on
+ * (the end of fit and every report with a checkpoint wait by themselves). */
+MT_EXTERN int mt_checkpoint_wait(mt_context *c);
 /* Local. The latest checkpoint when the run resumed, else NULL (owned by the context). */
 MT_EXTERN const mt_checkpoint *mt_get_checkpoint(mt_context *c);
 /* Local. A stored array's shape; for a sharded one inside fit, this rank's part. */

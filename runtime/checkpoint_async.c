@@ -465,3 +465,12 @@ void mt__ck_async_free(mt_context *c)
     free(a);
     c->ck_async = NULL;
 }
+
+int mt_checkpoint_wait(mt_context *c)
+{
+    if (!mt__ctx_ok(c, "mt_checkpoint_wait"))
+        return MT_EINVAL;
+    mt__call call;
+    mt__call_init(&call, MT__CALL_CKPT_WAIT, 0, 0, 0);
+    return mt__agree(c->comm, &call, mt__checkpoint_settle(c, true), NULL);
+}
