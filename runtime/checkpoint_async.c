@@ -333,10 +333,15 @@ void mt__ck_async_drop(mt_context *c)
 int mt__ck_async_comm(mt_context *c)
 {
     mt__ck_async *a = c->ck_async;
-    int rc = a->comm ? MT_OK : mt__comm_create(&a->comm, c->comm->comm);
+    if (a->comm) /* made at an earlier commit on every rank (or on none: below) */
+        return MT_OK;
+    int rc = mt__comm_create(&a->comm, c->comm->comm);
     mt__call call;
     mt__call_init(&call, MT__CALL_INTERNAL, 30, 0, 0);
-    return mt__agree(c->comm, &call, rc, NULL);
+    rc = mt__agree(c->comm, &call, rc, NULL);
+    if (rc) /* none keeps one, so the next commit makes it on every rank again */
+        mt__comm_destroy(&a->comm);
+    return rc;
 }
 
 /* ------------------------------------------------------------ the thread */

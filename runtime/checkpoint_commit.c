@@ -659,18 +659,23 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *handle, mt__rundir
     j.fdesc = describe_files(ck, &flen);
     char *fbuf = !async && c->world_rank != 0 && ck->nfiles ? malloc(mt__ck_buffer_bytes()) : NULL;
     j.rows = c->world_rank == 0 ? calloc((size_t)P, sizeof *j.rows) : NULL;
+    size_t *nolens = c->world_rank == 0 ? calloc((size_t)P, sizeof *nolens) : NULL;
     j.buf = c->world_rank == 0 ? staging(c) : fbuf; /* rank 0's: kept in c across commits */
     if (!rc && (!mine || !j.all || !j.fdesc || (!async && c->world_rank != 0 && ck->nfiles && !fbuf) ||
-                (c->world_rank == 0 && (!j.rows || !j.buf))))
+                (c->world_rank == 0 && (!j.rows || !j.buf || !nolens))))
         rc = mt__error(MT_ENOMEM, "out of memory committing a checkpoint");
     if (!rc && async)
         rc = mt__ck_async_prepare(c, ck, j.fdesc, metrics);
     mt__call call;
     mt__call_init(&call, MT__CALL_REPORT, 1, ck->narrays, nsh);
     call.sig = mt__sig_mix(call.sig, sig);
-    int64_t way[2] = {async, -(int64_t)async}; /* every rank commits the same way */
+    /* every rank commits the same way (the highest and the lowest async agree), and
+     * whether any rank has files (else their lists are not gathered: two agreements and
+     * two gathers fewer, which under load cost more than a small checkpoint's bytes) */
+    int64_t way[2] = {2 * (int64_t)async + (ck->nfiles > 0), -(int64_t)async};
     rc = mt__agree_max(c->comm, &call, rc, NULL, way, 2);
-    if (!rc && way[0] != -way[1])
+    bool files = way[0] & 1;
+    if (!rc && way[0] >> 1 != -way[1])
         rc = mt__error(MT_EINVAL, "run.checkpoint.async_commit is on for some ranks and off "
                        "for others (MT_CHECKPOINT_ASYNC set on some only, or MPI without "
                        "MPI_THREAD_MULTIPLE on some): every rank must commit the same way");
@@ -680,8 +685,13 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *handle, mt__rundir
             mine[k++] = (int64_t)ck->arrays[i].dims[0];
     if (!rc && nsh)
         rc = mt__allgather(c->comm, mine, j.all, (size_t)nsh, MT_I64);
-    if (!rc)
+    if (!rc && files)
         rc = mt__gather_bytes(c->comm, j.fdesc, flen, &j.allf, &j.flens);
+    if (!files) { /* no rank has any: every list is empty */
+        j.flens = nolens;
+        nolens = NULL;
+    }
+    free(nolens);
     if (!rc && async)
         rc = mt__ck_async_comm(c);
     free(mine);
