@@ -25,6 +25,7 @@
     XX(REPORT, "report")                                                      \
     XX(REPORT_DONE, "report-commit")                                          \
     XX(CKPT_GET, "checkpoint-get")                                            \
+    XX(CKPT_WAIT, "checkpoint-wait")                                          \
     XX(EPOCH, "begin-epoch")                                                  \
     XX(INTERNAL, "internal")                                                  \
     XX(TEST, "test")
@@ -190,6 +191,15 @@ int mt__topology_get(mt__comm *c, mt__topology *out);
 /* The same, also handing out the node's communicator (ranks ordered as in c; the
  * caller frees it) in *node, or MPI_COMM_NULL on an error. */
 int mt__topology_node(mt__comm *c, mt__topology *out, MPI_Comm *node);
+
+/* Where this rank waits, for the stall watchdog (position.c): in the data movement of the
+ * call last agreed, or for what it started (the runtime waiting for its checkpoint
+ * commit's thread). A thread that called mt__watch_quiet moves data on a communicator of
+ * its own while this rank goes on (that commit thread): its waits are not where this rank
+ * is, and are not recorded. */
+void mt__watch_data(void);
+void mt__watch_leave(void);
+void mt__watch_quiet(void);
 
 /* Byte movement inside an agreed collective (stream.c). */
 int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens);

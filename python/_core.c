@@ -326,6 +326,14 @@ static int config_from_dict(PyObject *d, mt_trainer_config *cfg, cfg_hold *h)
         }
     }
     cfg->data.memory_limit = mem;
+    PyObject *stagev = PyDict_GetItemString(d, "staging_bytes");
+    if (stagev && stagev != Py_None &&
+        (cfg->run.checkpoint.staging_bytes = PyLong_AsSize_t(stagev)) == (size_t)-1 &&
+        PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "staging_bytes must be a number of bytes >= 0 (got %R)",
+                     stagev);
+        return -1;
+    }
     if (get_int(d, "num_workers", &cfg->scaling.num_workers) ||
         get_int(d, "cpus_per_worker", &cfg->scaling.cpus_per_worker) ||
         get_str(d, "name", &cfg->run.name) || get_str(d, "storage_path", &cfg->run.storage_path) ||
@@ -335,6 +343,7 @@ static int config_from_dict(PyObject *d, mt_trainer_config *cfg, cfg_hold *h)
         get_int(d, "score_order", &order) ||
         get_int(d, "frequency", &cfg->run.checkpoint.frequency) ||
         get_bool(d, "at_end", &cfg->run.checkpoint.at_end) ||
+        get_bool(d, "async_commit", &cfg->run.checkpoint.async_commit) ||
         get_int(d, "max_failures", &cfg->run.failure.max_failures) ||
         get_double(d, "stall_warn_s", &cfg->run.failure.stall_warn_s) ||
         get_double(d, "stall_timeout_s", &cfg->run.failure.stall_timeout_s) ||
