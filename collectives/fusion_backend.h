@@ -199,8 +199,13 @@ int mt__wire_allreduce(mt__wire *w, MPI_Comm comm, mt_compression k, float *data
  * (across nodes): in pieces of 32 KiB, a window of MPI_Iallreduce in flight; else
  * MPI_Allreduce in chunks of mt__fusion_chunk(). The same bits on every rank. */
 int mt__wire_sum(MPI_Comm comm, float *data, size_t n, bool piped);
-/* Called by the fusion's own thread as it starts: with MT_FUSION_SLEEP=1 its waits across
- * nodes sleep between polls (fusion_wire.c says why, and why it is not the default). */
+/* Local. Called by the fusion's own thread as it starts: with MT_FUSION_SLEEP=1 its waits
+ * across nodes sleep between polls (fusion_wire.c says why and how long). */
 void mt__wire_thread_sleeps(void);
+/* Local: completes *r, by MPI_Wait, or on a thread that sleeps by polls and sleeps that
+ * grow with the wait; an MPI error code. */
+int mt__wire_wait(MPI_Request *r);
+/* Local: the polls this thread's sleeping waits have made (for tests). */
+uint64_t mt__wire_polls(void);
 
 #endif
