@@ -132,15 +132,38 @@ enum { MSG_BYTES = 32768, WINDOW = 16 };
  * for 5 s"). The polls a wait may make now fall as it lasts, so that livelock cannot
  * sustain itself. mt__wire_polls counts them (test_mpi_fusion's sleeping_wait_backs_off
  * holds a wait for a second and bounds them). */
-static _Thread_local bool thread_sleeps;
+/* Which wait wins is measured per path (benchmarks/cluster_bench.sh, docs/benchmarks.md:
+ * per-rank samples/s of the train suite at 2 nodes x 1 rank, flat, and 2 x 2, hier, the
+ * same run for both waits); MT_FUSION_SLEEP=0 or 1 decides instead. On one node the
+ * fusion's thread makes no MPI wait (shared memory and its barrier). */
+static const bool SLEEPS_BY_DEFAULT[2] = {[MT__WIRE_FLAT] = false, [MT__WIRE_HIER] = false};
+static _Thread_local enum { NOT_FUSION = 0, KNOB_ON, KNOB_OFF, BY_PATH } thread_mode;
+static _Thread_local mt__wire_path thread_path;
 static _Thread_local uint64_t thread_polls;
 enum { POLL_MIN_NS = 2000, POLL_MAX_NS = 1000000, POLL_SHARE = 8 };
 
 void mt__wire_thread_sleeps(void)
 {
-    thread_sleeps = mt__env_knob_bool("MT_FUSION_SLEEP", false);
-    if (thread_sleeps)
+    const char *knob = getenv("MT_FUSION_SLEEP");
+    thread_mode = !knob ? BY_PATH : mt__env_knob_bool("MT_FUSION_SLEEP", false) ? KNOB_ON
+                                                                                : KNOB_OFF;
+    if (thread_mode != KNOB_OFF)
         prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+}
+
+void mt__wire_thread_done(void)
+{
+    thread_mode = NOT_FUSION;
+}
+
+void mt__wire_set_path(mt__wire_path p)
+{
+    thread_path = p;
+}
+
+static bool thread_sleeps(void)
+{
+    return thread_mode == KNOB_ON || (thread_mode == BY_PATH && SLEEPS_BY_DEFAULT[thread_path]);
 }
 
 uint64_t mt__wire_polls(void)
@@ -150,7 +173,7 @@ uint64_t mt__wire_polls(void)
 
 int mt__wire_wait(MPI_Request *r)
 {
-    if (!thread_sleeps)
+    if (!thread_sleeps())
         return MPI_Wait(r, MPI_STATUS_IGNORE);
     MT__TRACE("fusion", "wire_wait");
     double t0 = mt__now();

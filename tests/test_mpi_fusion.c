@@ -1006,7 +1006,7 @@ static void test_sleeping_wait_backs_off(void)
         v = 42;
         MPI_Send(&v, 1, MPI_INT, 0, tag, MPI_COMM_WORLD);
     }
-    mt__wire_thread_sleeps(); /* back to MPI_Wait on this thread */
+    mt__wire_thread_done(); /* back to MPI_Wait on this thread */
     prctl(PR_SET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL); /* and the default timer slack */
     MPI_Barrier(MPI_COMM_WORLD);
 }
