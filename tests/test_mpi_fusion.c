@@ -897,6 +897,13 @@ static void test_mpi_error_in_creation(void)
     if (mt_test_size() < 2)
         return;
     mt__comm *c = comm();
+    /* the injected error's text, as this MPI library words it (Open MPI "MPI_ERR_OTHER:
+     * known error not in list", MPICH "Other MPI error"), up to its first colon */
+    char other[MPI_MAX_ERROR_STRING + 16], text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(MPI_ERR_OTHER, text, &len);
+    text[strcspn(text, ":")] = '\0';
+    snprintf(other, sizeof other, "failed: %s", text);
     const char *sites[] = {"fusion-dup-mpi", "topology-split-mpi", "topology-split-type-mpi",
                            "fusion-layout-mpi"};
     for (size_t i = 0; i < sizeof sites / sizeof *sites; i++)
@@ -915,7 +922,7 @@ static void test_mpi_error_in_creation(void)
                 snprintf(want, sizeof want, "rank %d failed: ", victim);
                 if (c->rank != victim)
                     MT_ASSERT_STR_CONTAINS(mt_last_error(), want);
-                MT_ASSERT_STR_CONTAINS(mt_last_error(), "failed: MPI_ERR_OTHER");
+                MT_ASSERT_STR_CONTAINS(mt_last_error(), other);
                 CU_ASSERT_PTR_NULL(f);
             }
             mt_fusion_destroy(&f);
