@@ -165,7 +165,11 @@ static void test_cpus_per_worker(void)
     char err[2048];
     MT_ASSERT_INT_EQ(fit_with(must_not_run, NULL, cfg, err, sizeof err), MT_EINVAL);
     MT_ASSERT_STR_CONTAINS(err, "scaling.cpus_per_worker is 100000 but rank 0 may use");
+#ifdef OPEN_MPI
     MT_ASSERT_STR_CONTAINS(err, "--map-by slot:PE=100000 --bind-to core");
+#else
+    MT_ASSERT_STR_CONTAINS(err, "mpiexec -bind-to core:100000");
+#endif
     cfg.scaling.cpus_per_worker = 1;
     MT_ASSERT_INT_EQ(fit_with(probe_context, &(ctx_probe){0}, cfg, NULL, 0), MT_OK);
 }
