@@ -259,7 +259,7 @@ static void usage(FILE *out)
                  "--name or --storage-path (or MT_NAME, MT_STORAGE_PATH) it is kept there instead,\n"
                  "as a new run: a name that exists is refused, and that run is left as it was.\n\n",
             EXIT_BUDGET_MISSED);
-    const mt_trainer_config shown = {.run = {.name = "mpitrain-bench",
+    const mt_trainer_config shown = {.run = {.name = "mpitrain-bench_<date>_<time>",
                                              .storage_path = "the private folder, removed at exit"}};
     mt_config_help_only(out, &shown, lib_options);
 }
@@ -425,6 +425,11 @@ int main(int argc, char **argv)
     b.tmpdir = scratch;
     if (!keep_run)
         cfg.run.storage_path = scratch;
+    char name[256];
+    if (keep_run && cfg.run.name == default_name) { /* a storage path only: a new run there */
+        scratch_run_name("mpitrain-bench", cfg.run.storage_path, name, sizeof name);
+        cfg.run.name = name;
+    }
     time_t now = time(NULL);
     struct tm utc;
     strftime(b.date, sizeof b.date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &utc));
