@@ -135,6 +135,9 @@ def time_to_accuracy():
                 break
             trained += slowest(time.perf_counter() - t0)
         res[way] = {"seconds": reached, "curve": curve}
+        if train.get_context().get_world_rank() == 0:
+            print(f"torch_bench: time to {args.target}: {way} {reached} s of training "
+                  f"(accuracy after each test: {curve})", flush=True)
     return res
 
 
@@ -160,6 +163,10 @@ def fn():
     RESULT["ranks"] = ctx.get_world_size()
     for kind in args.models.split(","):
         RESULT[kind] = throughput(kind)
+        r = RESULT[kind]
+        if ctx.get_world_rank() == 0:  # as it goes, for a run cut short
+            print(f"torch_bench: {kind}: ceiling {r['ceiling']:.0f}, mpitrain {r['mpitrain']:.0f}, "
+                  f"DDP {r['ddp']:.0f} samples/s a rank", flush=True)
     if args.data:
         RESULT["time_to_accuracy"] = time_to_accuracy()
     train.report({"done": 1})

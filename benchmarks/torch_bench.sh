@@ -27,7 +27,7 @@ if "$b/tools/mpitrain-import" fashion-mnist --output "$tmp/fmnist.h5" >"$tmp/imp
 else
     echo "torch_bench: no Fashion-MNIST (dataset-fashion-mnist): the time to accuracy is skipped"
 fi
-echo "torch_bench: $(uname -n), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) before"
+echo "torch_bench: $(uname -n), $(getconf _NPROCESSORS_ONLN) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) before"
 # shellcheck disable=SC2086
 mpirun -np "$np" -x PYTHONPATH -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS "$py" \
     "$top/benchmarks/torch_bench.py" $data --storage-path "$tmp" --json "$tmp/r.json"
