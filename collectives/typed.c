@@ -79,10 +79,13 @@ static int agreed(mt__comm *c, int kind, size_t count, mt_dtype t, int64_t arg, 
 }
 
 /* The element count of a shape (ndim 0: one element); rc: MT_EINVAL for more than 8
- * dimensions, a NULL dims or a product that overflows. */
+ * dimensions, a NULL dims or a product that overflows, or for MT_ND_FAIL (keeping the
+ * message the caller set). */
 static int count_of(const char *fn, int ndim, const size_t *dims, size_t *count)
 {
     *count = 0;
+    if (ndim == MT_ND_FAIL) /* the caller's own error, set by mt_set_error */
+        return MT_EINVAL;
     if (ndim < 0 || ndim > MT__CALL_MAX_DIMS)
         return mt__error(MT_EINVAL, "%s: %d dimensions (0 to %d)", fn, ndim, MT__CALL_MAX_DIMS);
     if (ndim > 0 && !dims)

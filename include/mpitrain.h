@@ -412,7 +412,12 @@ MT_EXTERN int mt_allgather(mt_context *c, const void *send, void *recv, size_t c
  * dims[ndim-1] elements, C order; ndim 0 is one element): the shape is agreed in the
  * call's one agreement, so ranks whose arrays hold as many elements in different shapes,
  * (2, 3) and (3, 2), all get MT_EMISMATCH naming both calls' shapes. A 1-d array agrees
- * with the plain call of its count. For allgather, dims is the send array's shape. */
+ * with the plain call of its count. For allgather, dims is the send array's shape.
+ * ndim MT_ND_FAIL: this rank cannot take part (a binding found its arguments bad): it
+ * still meets the others in the call's agreement, failing it, so every rank returns (this
+ * one MT_EINVAL with the message it set by mt_set_error before, the others MT_EPEER
+ * quoting it) and none waits for it. */
+#define MT_ND_FAIL (-1)
 MT_EXTERN int mt_allreduce_nd(mt_context *c, void *buf, int ndim, const size_t *dims,
                               mt_dtype t, mt_op op);
 MT_EXTERN int mt_broadcast_nd(mt_context *c, void *buf, int ndim, const size_t *dims,

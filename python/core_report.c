@@ -487,6 +487,47 @@ static int get_buffer(PyObject *obj, Py_buffer *v, int writable, const char *wha
     return -1;
 }
 
+/* This rank's Python error (set) carried into a collective's agreement, so that every
+ * rank raises (this one its own exception, the others PeerError quoting it) and no rank
+ * returns alone while the others wait for it. Returns NULL. */
+static PyObject *fail_everywhere(mt_context *c)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *txt = value ? PyObject_Str(value) : NULL;
+    const char *u = txt ? PyUnicode_AsUTF8(txt) : NULL;
+    if (!u)
+        PyErr_Clear();
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s: %s", type ? ((PyTypeObject *)type)->tp_name : "error",
+             u ? u : "?");
+    Py_XDECREF(txt);
+    mt_set_error(MT_EINVAL, msg);
+    Py_BEGIN_ALLOW_THREADS
+    mt_allreduce_nd(c, NULL, MT_ND_FAIL, NULL, MT_F32, MT_SUM);
+    Py_END_ALLOW_THREADS
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
+/* fail_collective(exception): Collective. The Python layer's own argument check failed on
+ * this rank: fail the collective the others are in with its text (nothing outside a
+ * fit). */
+static PyObject *py_fail_collective(PyObject *module, PyObject *exc)
+{
+    mt_py_state *st = state(module);
+    mt_context *c = mt_py_context(st, "fail_collective");
+    if (!c) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    fail_everywhere(c);
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
 /* allreduce(buffer, op): Collective, in place. */
 static PyObject *py_allreduce(PyObject *module, PyObject *args)
 {
@@ -495,15 +536,21 @@ static PyObject *py_allreduce(PyObject *module, PyObject *args)
     int op;
     if (!PyArg_ParseTuple(args, "Oi:allreduce", &obj, &op))
         return NULL;
-    if (op < MT_SUM || op > MT_MAX)
-        return PyErr_Format(PyExc_ValueError, "allreduce: unknown op %d", op);
     mt_context *c = mt_py_context(st, "allreduce");
-    Py_buffer v;
-    if (!c || get_buffer(obj, &v, 1, "allreduce"))
+    if (!c)
         return NULL;
+    if (op < MT_SUM || op > MT_MAX) {
+        PyErr_Format(PyExc_ValueError, "allreduce: unknown op %d", op);
+        return fail_everywhere(c);
+    }
+    Py_buffer v;
+    if (get_buffer(obj, &v, 1, "allreduce"))
+        return fail_everywhere(c);
     mt_dtype t = mt_py_dtype_of(&v, "allreduce");
     PyObject *out = NULL;
-    if (t) {
+    if (!t)
+        fail_everywhere(c);
+    else {
         int rc;
         size_t dims[8];
         int nd = shape_of(&v, dims);
@@ -526,11 +573,15 @@ static PyObject *py_broadcast(PyObject *module, PyObject *args)
         return NULL;
     mt_context *c = mt_py_context(st, "broadcast");
     Py_buffer v;
-    if (!c || get_buffer(obj, &v, 1, "broadcast"))
+    if (!c)
         return NULL;
+    if (get_buffer(obj, &v, 1, "broadcast"))
+        return fail_everywhere(c);
     mt_dtype t = mt_py_dtype_of(&v, "broadcast");
     PyObject *out = NULL;
-    if (t) {
+    if (!t)
+        fail_everywhere(c);
+    else {
         int rc;
         size_t dims[8];
         int nd = shape_of(&v, dims);
@@ -552,11 +603,13 @@ static PyObject *py_allgather(PyObject *module, PyObject *args)
         return NULL;
     mt_context *c = mt_py_context(st, "allgather");
     Py_buffer s, r;
-    if (!c || get_buffer(send, &s, 0, "allgather"))
+    if (!c)
         return NULL;
+    if (get_buffer(send, &s, 0, "allgather"))
+        return fail_everywhere(c);
     if (get_buffer(recv, &r, 1, "allgather (out)")) {
         PyBuffer_Release(&s);
-        return NULL;
+        return fail_everywhere(c);
     }
     PyObject *out = NULL;
     mt_dtype t = mt_py_dtype_of(&s, "allgather"), tr = t ? mt_py_dtype_of(&r, "allgather") : 0;
@@ -574,6 +627,8 @@ static PyObject *py_allgather(PyObject *module, PyObject *args)
         Py_END_ALLOW_THREADS
         out = rc ? mt_py_raise(st, rc) : Py_NewRef(recv);
     }
+    if (!out && !(t && tr && tr == t && (size_t)r.len == (size_t)s.len * (size_t)mt_world_size(c)))
+        fail_everywhere(c); /* this rank's own argument error, not the collective's */
     PyBuffer_Release(&s);
     PyBuffer_Release(&r);
     return out;
@@ -693,6 +748,8 @@ PyMethodDef mt_py_report_methods[] = {
     {"broadcast", py_broadcast, METH_VARARGS, "broadcast(buffer, root) in place (collective)."},
     {"allgather", py_allgather, METH_VARARGS, "allgather(send, recv) (collective)."},
     {"barrier", py_barrier, METH_NOARGS, "barrier() (collective)."},
+    {"fail_collective", py_fail_collective, METH_O, "fail_collective(exception): this rank's "
+                                                    "argument error, to every rank (collective)."},
     {"_c_bench", py_c_bench, METH_VARARGS, "_c_bench(kind, iters, buf, out): the C path, "
                                            "timed (benchmarks; collective)."},
     {NULL, NULL, 0, NULL},

@@ -318,6 +318,15 @@ static void test_nd_shapes(void)
         MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_allgather_nd: the shape's element count "
                                                 "overflows");
     }
+    /* MT_ND_FAIL: the victim's own message reaches every rank, whatever the others call */
+    if (c->rank == victim()) {
+        mt_set_error(MT_EINVAL, "allreduce: needs a writable array (binding)");
+        rc = mt__allreduce_nd(c, NULL, MT_ND_FAIL, NULL, MT_F32, MT_SUM);
+    } else {
+        rc = mt__broadcast_nd(c, buf, 2, a, MT_F64, 0);
+    }
+    MT_ASSERT_INT_EQ(rc, c->rank == victim() ? MT_EINVAL : MT_EPEER);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "needs a writable array (binding)");
     /* and afterwards collectives work again */
     MT_ASSERT_INT_EQ(mt__allreduce_nd(c, buf, 2, a, MT_F64, MT_SUM), MT_OK);
     mt__comm_destroy(&c);

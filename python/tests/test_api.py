@@ -241,6 +241,48 @@ def test_mismatched_collectives(store, run_name, kind, call):
 
 
 @pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
+@pytest.mark.parametrize("bad", ["float16", "not_contiguous", "read_only", "op", "out_size",
+                                 "not_an_array"])
+def test_bad_collective_argument_on_one_rank(store, run_name, bad):
+    """Rank 1 alone passes a bad argument: its own exception there, a PeerError quoting it
+    on the others (none waits for rank 1, whatever rank 1 does next)."""
+    caught = []
+
+    def fn():
+        r = train.get_context().get_world_rank()
+        a = np.zeros((4, 2), np.float32)
+        call, kw = mpitrain.allreduce, {}
+        if r == 1:
+            if bad == "float16":
+                a = a.astype(np.float16)
+            elif bad == "not_contiguous":
+                a = np.zeros((4, 4), np.float32)[:, ::2]
+            elif bad == "read_only":
+                a.flags.writeable = False
+            elif bad == "op":
+                kw = {"op": "median"}
+            elif bad == "out_size":
+                call, kw = mpitrain.allgather, {"out": np.zeros(3, np.float32)}
+            else:
+                a = "four floats"
+        if bad == "out_size" and r != 1:
+            call = mpitrain.allgather
+        try:
+            call(a, **kw)
+        except Exception as e:
+            caught.append((type(e).__name__, str(e)))
+        train.report({"x": 1})  # every rank goes on together
+
+    r = fit(fn, store, run_name)
+    assert r.error is None and len(caught) == 1, caught
+    name, text = caught[0]
+    if RANK == 1:
+        assert name in ("TypeError", "ValueError"), caught
+    else:
+        assert name == "PeerError" and "rank 1 failed" in text, caught
+
+
+@pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
 def test_collective_shapes_that_agree(store, run_name):
     """Same shapes agree (0-d, 1-d, n-d, more than 8 dimensions, empty), and a 1-d array
     of the same count as a plain C call's: no false mismatch."""
