@@ -69,22 +69,19 @@ static void combine_payload(const frame *in, frame *out)
         mt__combine_stats((const double *)in->pay, (double *)out->pay, count);
 }
 
-static void frame_fn(void *vin, void *vout, int *len, MPI_Datatype *type)
+/* out = in combined with out: the words by MAX, the payloads only between frames of the
+ * same call with the same payload description. */
+static void combine_frames(const frame *in, frame *out)
 {
-    (void)type;
-    const frame *in = vin;
-    frame *out = vout;
-    for (int k = 0; k < *len; k++, in++, out++) {
-        if (in->w[W_DESC] && clean(in) && clean(out) && in->w[W_KIND] == out->w[W_KIND] &&
-            in->w[W_SIG] == out->w[W_SIG] && in->w[W_DESC] == out->w[W_DESC])
-            combine_payload(in, out);
-        bool same_desc = in->w[W_DESC] == out->w[W_DESC];
-        for (int i = 0; i < W_DESC; i++)
-            if (in->w[i] > out->w[i])
-                out->w[i] = in->w[i];
-        if (!same_desc)
-            out->w[W_DESC] = POISON;
-    }
+    if (in->w[W_DESC] && clean(in) && clean(out) && in->w[W_KIND] == out->w[W_KIND] &&
+        in->w[W_SIG] == out->w[W_SIG] && in->w[W_DESC] == out->w[W_DESC])
+        combine_payload(in, out);
+    bool same_desc = in->w[W_DESC] == out->w[W_DESC];
+    for (int i = 0; i < W_DESC; i++)
+        if (in->w[i] > out->w[i])
+            out->w[i] = in->w[i];
+    if (!same_desc)
+        out->w[W_DESC] = POISON;
 }
 
 /* The frame's allreduce: recursive doubling over MPI_Sendrecv (the algorithm MPI
@@ -101,13 +98,13 @@ static int frame_allreduce(frame *f, const mt__comm *c)
     int n = (int)sizeof *f, pof2 = 1;
     while (pof2 * 2 <= c->size)
         pof2 *= 2;
-    int rem = c->size - pof2, me = c->rank, vrank = me - rem, e = MPI_SUCCESS, one = 1;
+    int rem = c->size - pof2, me = c->rank, vrank = me - rem, e = MPI_SUCCESS;
     if (me < 2 * rem) {
         if (me % 2 == 0)
             e = MPI_Send(f, n, MPI_BYTE, me + 1, MT__TAG_AGREE, c->comm);
         else if ((e = MPI_Recv(&in, n, MPI_BYTE, me - 1, MT__TAG_AGREE, c->comm,
                                MPI_STATUS_IGNORE)) == MPI_SUCCESS)
-            frame_fn(&in, f, &one, NULL);
+            combine_frames(&in, f);
         vrank = me % 2 ? me / 2 : -1;
     }
     for (int mask = 1; vrank >= 0 && e == MPI_SUCCESS && mask < pof2; mask <<= 1) {
@@ -115,7 +112,7 @@ static int frame_allreduce(frame *f, const mt__comm *c)
         e = MPI_Sendrecv(f, n, MPI_BYTE, peer, MT__TAG_AGREE, &in, n, MPI_BYTE, peer,
                          MT__TAG_AGREE, c->comm, MPI_STATUS_IGNORE);
         if (e == MPI_SUCCESS)
-            frame_fn(&in, f, &one, NULL);
+            combine_frames(&in, f);
     }
     if (e == MPI_SUCCESS && me < 2 * rem)
         e = me % 2 ? MPI_Send(f, n, MPI_BYTE, me - 1, MT__TAG_AGREE, c->comm)

@@ -91,7 +91,7 @@ typedef struct {
     mt__payload payload;
 } mt__spread_step;
 /* Before the opening agreement (local): st's fields for it. */
-int mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st);
+void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st);
 /* After an OK opening agreement (collective): len is the agreed layout length (0: the
  * layout stays); the layout sent when it changed, the statistics reduced unless they
  * came with the agreement. */

@@ -26,7 +26,6 @@
  */
 #include "runtime.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,12 +99,12 @@ static void layout_write(const mt_metrics *m, char *out)
     *out = '\0';
 }
 
-int mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st)
+void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st)
 {
     mt__spread *s = &c->spread;
     memset(st, 0, sizeof *st);
     if (c->world_size < 2)
-        return MT_OK;
+        return;
     st->hash = keys_hash(m);
     bool changed = !s->valid || st->hash != s->own_hash;
     if (changed && c->world_rank == 0) /* rank 0's keys are the layout: a new one */
@@ -122,7 +121,6 @@ int mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st)
             mt__stats_fill(s->quads + 4 * k, false, 0);
     st->payload = (mt__payload){.kind = MT__PAY_STATS, .count = (size_t)s->nkeys,
                                 .buf = s->quads};
-    return MT_OK;
 }
 
 /* Every rank, after the opening agreement said rank 0's keys changed (len bytes of

@@ -491,6 +491,8 @@ static double reference(mt_op op, mt_dtype t, int size, size_t i)
         double v = value(r, i);
         acc = op == MT_MIN ? fmin(acc, v) : op == MT_MAX ? fmax(acc, v) : acc + v;
     }
+    if (t == MT_U8 && (op == MT_SUM || op == MT_MEAN)) /* a sum of bytes wraps (64 ranks) */
+        acc = fmod(acc, 256);
     if (op == MT_MEAN)
         acc = (t == MT_F32 || t == MT_F64) ? acc / size : floor(acc / size);
     return acc;
