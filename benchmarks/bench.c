@@ -33,8 +33,8 @@ static const suite suites[] = {
      "backward compute (8 layers x 2 MiB) with mt_fusion_ready vs compute then reduce", NULL},
     {"shard", bench_shard, "a 1 GiB dataset's shards read through parallel HDF5 vs raw pread, warm cache",
      "a 256 MiB dataset's shards read through parallel HDF5 vs raw pread, warm cache", NULL},
-    {"report", bench_report, "2000 mt_report calls with 8 numeric metrics vs raw MPI_Gather of the same bytes",
-     "300 mt_report calls with 8 numeric metrics vs raw MPI_Gather of the same bytes", NULL},
+    {"report", bench_report, "2000 mt_report calls with 8 numeric metrics vs raw MPI_Gather, MPI_Reduce and the floor of the same work",
+     "300 mt_report calls with 8 numeric metrics vs raw MPI_Gather, MPI_Reduce and the floor of the same work", NULL},
     {"checkpoint", bench_checkpoint, "sharded checkpoint commit of 16 MiB to 1 GiB vs one process write+fsync",
      "sharded checkpoint commit of 16 to 256 MiB vs one process write+fsync", bench_checkpoint_sizes},
     {"train", bench_train, "MLP training steps (global batch 128), averaged serially, per layer and in row "

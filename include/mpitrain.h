@@ -381,6 +381,17 @@ MT_EXTERN size_t mt_batch_rows(const mt_batch *b);
 /* Local. The column's rows in C order (rows x row elements), converted to `as`; NULL with
  * mt_last_error() set for an unknown column. Valid until the next mt_shard_next. */
 MT_EXTERN const void *mt_batch_column(const mt_batch *b, const char *column, mt_dtype as);
+/* Local. Keeps the memory of every column mt_batch_column returned for b so far allocated
+ * and unchanged until mt_batch_hold_free, past the next mt_shard_next, the next epoch
+ * and the end of the fit: the shard reads what comes next into other memory (a binding's
+ * views of a batch cannot dangle). NULL with mt_last_error() set when out of memory or b
+ * is not a live batch. Holding batch k while asking for batch k+1 costs nothing; a batch
+ * held longer keeps its buffers (a window of the shard's rows, or a batch's worth) until
+ * it is released. */
+typedef struct mt_batch_hold mt_batch_hold;
+MT_EXTERN mt_batch_hold *mt_batch_hold_new(const mt_batch *b);
+/* Local, any thread, any time (after the fit too). Frees the hold; *h becomes NULL. */
+MT_EXTERN void mt_batch_hold_free(mt_batch_hold **h);
 
 /* ---------------------------------------------------------------- collectives */
 
@@ -397,6 +408,17 @@ MT_EXTERN int mt_broadcast(mt_context *c, void *buf, size_t count, mt_dtype t, i
 /* Collective. recv holds world_size * count elements, in rank order. */
 MT_EXTERN int mt_allgather(mt_context *c, const void *send, void *recv, size_t count,
                            mt_dtype t);
+/* Collective. The same three over an array of ndim dimensions (0 to 8; dims[0] x ... x
+ * dims[ndim-1] elements, C order; ndim 0 is one element): the shape is agreed in the
+ * call's one agreement, so ranks whose arrays hold as many elements in different shapes,
+ * (2, 3) and (3, 2), all get MT_EMISMATCH naming both calls' shapes. A 1-d array agrees
+ * with the plain call of its count. For allgather, dims is the send array's shape. */
+MT_EXTERN int mt_allreduce_nd(mt_context *c, void *buf, int ndim, const size_t *dims,
+                              mt_dtype t, mt_op op);
+MT_EXTERN int mt_broadcast_nd(mt_context *c, void *buf, int ndim, const size_t *dims,
+                              mt_dtype t, int root);
+MT_EXTERN int mt_allgather_nd(mt_context *c, const void *send, void *recv, int ndim,
+                              const size_t *dims, mt_dtype t);
 /* Collective. */
 MT_EXTERN int mt_barrier(mt_context *c);
 

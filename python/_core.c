@@ -164,6 +164,8 @@ const char *mt_py_format_of(mt_dtype t)
 
 /* ---------------------------------------------------------------- set-up */
 
+int mt_py_finalized;
+
 static char **saved_argv; /* mt_init keeps pointers into it until mt_finalize */
 static int saved_argc;
 
@@ -221,6 +223,7 @@ static PyObject *py_finalize(PyObject *module, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     rc = mt_finalize();
     Py_END_ALLOW_THREADS
+    mt_py_finalized = 1;
     free_argv();
     if (rc)
         return mt_py_raise(mt_py_state_of(module), rc);
@@ -725,7 +728,8 @@ static int core_exec(PyObject *m)
     if (add_type(m, &mt_py_shard_spec, &st->shard_type) ||
         add_type(m, &mt_py_view_spec, &st->view_type) ||
         add_type(m, &mt_py_stored_spec, &st->stored_type) ||
-        add_type(m, &mt_py_result_spec, &st->result_type))
+        add_type(m, &mt_py_result_spec, &st->result_type) ||
+        add_type(m, &mt_py_fusion_spec, &st->fusion_type))
         return -1;
     if (PyModule_AddIntConstant(m, "EXIT_PREEMPTED", MT_EXIT_PREEMPTED) ||
         PyModule_AddIntConstant(m, "EXIT_FAILED", MT_EXIT_FAILED) ||
@@ -750,6 +754,7 @@ static int core_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->view_type);
     Py_VISIT(st->stored_type);
     Py_VISIT(st->result_type);
+    Py_VISIT(st->fusion_type);
     return 0;
 }
 
@@ -764,6 +769,7 @@ static int core_clear(PyObject *m)
     Py_CLEAR(st->view_type);
     Py_CLEAR(st->stored_type);
     Py_CLEAR(st->result_type);
+    Py_CLEAR(st->fusion_type);
     return 0;
 }
 

@@ -54,6 +54,52 @@ json_t *mt__metrics_to_json(const mt_metrics *m);
  * other values are passed over. MT_ENOMEM when out of memory. */
 int mt__metrics_from_json(mt_metrics *m, const json_t *o);
 
+/* ------------------------------------------------------------ epoch plans (plan.c) */
+/* Which rows of a dataset of n rows, in blocks of B, a rank reads in an epoch: positions
+ * [base, base + rows) of the epoch's order of blocks. A few words, whatever n. */
+typedef struct {
+    int64_t n, B, nblocks, last_len, short_place, base, rows;
+    bool shuffle;
+    int half_bits;
+    uint64_t key;
+} mt__plan;
+void mt__plan_make(mt__plan *p, int64_t n, int64_t B, bool shuffle, uint64_t seed, int epoch,
+                   int64_t base, int64_t rows);
+/* The file's runs holding this rank's positions [lo, hi), sorted and merged (the caller
+ * frees *out); MT_ENOMEM naming the dataset. Time and memory in the blocks they span. */
+int mt__plan_runs(const mt__plan *p, int64_t lo, int64_t hi, mt__run **out, int *nout,
+                  const char *name);
+
+/* ------------------------------------------------------------ per-rank statistics */
+/* The layout of a report's statistics, agreed at the report where rank 0's keys last
+ * changed and kept on every rank (spread.c). */
+typedef struct {
+    bool valid;
+    int nkeys;
+    const char **key;      /* rank 0's numeric keys, in its order */
+    int *map;              /* key k: its index in this rank's metrics, -1 when absent */
+    double *quads;         /* {min, max, sum, n} per key */
+    uint64_t own_hash;     /* the hash of this rank's keys that map was made for */
+    char *block;           /* owns key, map, quads and the keys' text */
+} mt__spread;
+/* One report's part: what the opening agreement carries, and whether the result is in. */
+typedef struct {
+    uint64_t hash;         /* this rank's keys */
+    int64_t layout_len;    /* rank 0, when its keys changed: the new layout's length */
+    bool fold;             /* the statistics travel in the opening agreement */
+    bool ready;            /* rank 0's quads hold every rank's statistics */
+    mt__payload payload;
+} mt__spread_step;
+/* Before the opening agreement (local): st's fields for it. */
+int mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st);
+/* After an OK opening agreement (collective): len is the agreed layout length (0: the
+ * layout stays); the layout sent when it changed, the statistics reduced unless they
+ * came with the agreement. */
+int mt__spread_finish(mt_context *c, const mt_metrics *m, mt__spread_step *st, int64_t len);
+/* Rank 0: "per_rank" added to row from the statistics (nothing at 1 rank). */
+int mt__spread_json(mt_context *c, const mt__spread_step *st, json_t *row);
+void mt__spread_free(mt__spread *s);
+
 /* ------------------------------------------------------------ run directory (rank 0) */
 typedef struct {
     char name[32];           /* checkpoint_000012 */
@@ -244,6 +290,7 @@ struct mt_context {
     mt_checkpoint *restored;       /* the checkpoint this attempt resumed from */
     bool restored_foreign;         /* restored is run.resume_from_checkpoint's, not the run's */
     mt_metrics *last_metrics;      /* rank 0's last report, with automatic keys (rank 0) */
+    mt__spread spread;             /* the per-rank statistics' layout (spread.c) */
     mt_fusion **fusions;           /* made on this context: orphaned when it ends */
     int nfusions;
     size_t fusions_cap;

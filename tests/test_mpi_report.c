@@ -126,6 +126,148 @@ static void test_report_files(void)
     }
 }
 
+/* ------------------------------------------------------------ per-rank statistics */
+
+/* The metrics rank r reports at report i (0-based): the keys change between reports, on
+ * rank 0 (the layout) and on rank 1 alone, values go nonfinite, keys become strings, and
+ * the number of keys crosses the size that travels in the opening agreement. */
+#define SPREAD_REPORTS 12
+static void spread_metrics(int i, int r, mt_metrics *m)
+{
+    char key[32];
+    switch (i) {
+    case 0: case 1: /* the same keys twice: the second report uses the cached layout */
+        mt_metrics_set_f64(m, "loss", 10.0 * i + r);
+        mt_metrics_set_i64(m, "step", i);
+        break;
+    case 2: /* rank 0 adds a key: a new layout */
+        mt_metrics_set_f64(m, "loss", 1.0 + r);
+        mt_metrics_set_i64(m, "step", i);
+        mt_metrics_set_f64(m, "acc", 0.5 + 0.1 * r);
+        break;
+    case 3: /* only rank 1 changes: it drops loss and adds a key rank 0 does not have */
+        if (r != 1)
+            mt_metrics_set_f64(m, "loss", 2.0 + r);
+        mt_metrics_set_i64(m, "step", i);
+        mt_metrics_set_f64(m, "acc", 0.25 * r);
+        if (r == 1)
+            mt_metrics_set_f64(m, "only_rank_1", 7);
+        break;
+    case 4: /* rank 1's loss is a string; rank 1's keys in another order */
+        if (r == 1) {
+            mt_metrics_set_f64(m, "acc", 1);
+            mt_metrics_set_str(m, "loss", "n/a");
+            mt_metrics_set_i64(m, "step", i);
+        } else {
+            mt_metrics_set_f64(m, "loss", 3.0 + r);
+            mt_metrics_set_i64(m, "step", i);
+            mt_metrics_set_f64(m, "acc", 1);
+        }
+        break;
+    case 5: /* nonfinite values: rank 0's own NaN, rank 1 +inf, rank 2 -inf */
+        mt_metrics_set_f64(m, "loss", r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -INFINITY
+                                                                               : 4.0 + r);
+        mt_metrics_set_f64(m, "acc", r == 1 ? NAN : 0.5);
+        mt_metrics_set_i64(m, "step", i);
+        break;
+    case 6: case 7: /* more keys than the agreement's message carries, twice */
+        for (int k = 0; k < 10; k++) {
+            snprintf(key, sizeof key, "k%d", k);
+            mt_metrics_set_f64(m, key, 100.0 * k + r + i);
+        }
+        break;
+    case 8: /* rank 0 has no numeric key at all */
+        if (r == 0)
+            mt_metrics_set_str(m, "phase", "eval");
+        else
+            mt_metrics_set_f64(m, "loss", r);
+        break;
+    case 9: /* a value no rank has finite */
+        mt_metrics_set_f64(m, "loss", NAN);
+        mt_metrics_set_f64(m, "acc", r);
+        break;
+    case 10: case 11: /* back to a small layout; rank 1's keys change at the last one */
+        mt_metrics_set_f64(m, "acc", r + i);
+        if (i == 11 && r == 1)
+            mt_metrics_set_f64(m, "late", 1);
+        break;
+    }
+}
+
+static int spread_body(mt_context *c, void *arg)
+{
+    int rc = MT_OK;
+    for (int i = 0; i < SPREAD_REPORTS && !rc; i++) {
+        mt_metrics *m = mt_metrics_new();
+        spread_metrics(i, mt_world_rank(c), m);
+        rc = mt_report(c, m, NULL);
+        mt_metrics_free(&m);
+    }
+    return rc;
+}
+
+/* The spread a gather of every rank's metrics gives: over rank 0's numeric keys, the
+ * ranks that have the key as a number with a finite value. */
+static void check_spread(json_t *row, int i)
+{
+    json_t *spread = json_object_get(row, "per_rank");
+    mt_metrics *per[8] = {0};
+    int P0 = P() > 8 ? 8 : P();
+    for (int r = 0; r < P0; r++) {
+        per[r] = mt_metrics_new();
+        spread_metrics(i, r, per[r]);
+    }
+    size_t expected = 0;
+    for (size_t k = 0; k < mt_metrics_count(per[0]); k++) {
+        const char *key = mt_metrics_key(per[0], k);
+        if (mt_metrics_type(per[0], key) == MT_METRIC_STR)
+            continue;
+        double mn = INFINITY, mx = -INFINITY, sum = 0;
+        int n = 0;
+        for (int r = 0; r < P0; r++) {
+            double v;
+            if (mt_metrics_get_f64(per[r], key, &v) == MT_OK && isfinite(v))
+                mn = fmin(mn, v), mx = fmax(mx, v), sum += v, n++;
+        }
+        json_t *s = json_object_get(spread, key);
+        if (n == 0 || P() == 1) {
+            CU_ASSERT_PTR_NULL(s);
+            continue;
+        }
+        expected++;
+        CU_ASSERT_PTR_NOT_NULL(s);
+        if (!s) {
+            fprintf(stderr, "report %d: no per_rank entry for %s\n", i, key);
+            continue;
+        }
+        CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(s, "min")), mn, 1e-9);
+        CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(s, "max")), mx, 1e-9);
+        CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(s, "mean")), sum / n, 1e-9);
+        MT_ASSERT_INT_EQ(json_integer_value(json_object_get(s, "ranks")), n);
+    }
+    MT_ASSERT_INT_EQ(json_object_size(spread), expected); /* nothing rank 0 did not report */
+    if (!expected)
+        CU_ASSERT_PTR_NULL(spread);
+    for (int r = 0; r < P0; r++)
+        mt_metrics_free(&per[r]);
+}
+
+static void test_per_rank_statistics(void)
+{
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("spread"), spread_body, NULL, NULL), MT_OK);
+    if (R() != 0)
+        return;
+    json_t *rows = rows_of("spread");
+    MT_ASSERT_INT_EQ(json_array_size(rows), SPREAD_REPORTS);
+    for (int i = 0; i < SPREAD_REPORTS && i < (int)json_array_size(rows); i++)
+        check_spread(json_array_get(rows, (size_t)i), i);
+    /* rank 0's own row keeps its strings and its NaN as today */
+    json_t *r5 = json_array_get(rows, 5), *r8 = json_array_get(rows, 8);
+    MT_ASSERT_STR_EQ(json_string_value(json_object_get(r5, "loss")), "NaN");
+    MT_ASSERT_STR_EQ(json_string_value(json_object_get(r8, "phase")), "eval");
+    json_decref(rows);
+}
+
 /* ------------------------------------------------------------ checkpoints */
 
 #define ROWS_PER_RANK(r) (3 + (r))
@@ -1215,6 +1357,7 @@ static void test_async_on_some_ranks_only(void)
 
 static const mt_test tests[] = {
     {"report_files", test_report_files},
+    {"per_rank_statistics", test_per_rank_statistics},
     {"checkpoint_contents_and_retention", test_checkpoint_contents_and_retention},
     {"async_contents_and_retention", test_async_contents_and_retention},
     {"resume_after_failure", test_resume_after_failure},

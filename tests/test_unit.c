@@ -1140,8 +1140,97 @@ static void test_stale_shm(void)
     }
 }
 
+/* ------------------------------------------------------------ epoch plans */
+
+/* Every row of the dataset exactly once per epoch over all ranks' windows (split: the
+ * ranks' parts of the order), each rank its own count, with and without shuffling; a
+ * shuffled order differs between epochs and is the same for the same seed and epoch. */
+static void test_plan_covers_every_row_once(void)
+{
+    int64_t ns[] = {1, 7, 100, 1000, 12345};
+    int64_t Bs[] = {1, 3, 64, 5000};
+    for (size_t a = 0; a < 5; a++)
+        for (size_t bi = 0; bi < 4; bi++)
+            for (int shuffle = 0; shuffle < 2; shuffle++)
+                for (int p = 1; p <= 3; p += 2) {
+                    int64_t n = ns[a], B = Bs[bi], rows = n / p, W = rows > 10 ? rows / 3 : 1;
+                    unsigned char *seen = calloc((size_t)n, 1);
+                    int64_t total = 0;
+                    for (int r = 0; r < p && rows; r++) {
+                        mt__plan pl;
+                        mt__plan_make(&pl, n, B, shuffle, 42, 3, r * rows, rows);
+                        int64_t mine = 0;
+                        for (int64_t k = 0; k * W < rows; k++) {
+                            mt__run *runs = NULL;
+                            int nr = 0;
+                            MT_ASSERT_INT_EQ(mt__plan_runs(&pl, k * W, k * W + W, &runs, &nr, "t"),
+                                             MT_OK);
+                            for (int i = 0; i < nr; i++) {
+                                CU_ASSERT(runs[i].start >= 0 && runs[i].start + runs[i].count <= n);
+                                CU_ASSERT(i == 0 || runs[i - 1].start + runs[i - 1].count < runs[i].start);
+                                for (int64_t x = runs[i].start;
+                                     x < runs[i].start + runs[i].count && x < n; x++)
+                                    seen[x]++;
+                                mine += runs[i].count;
+                            }
+                            free(runs);
+                        }
+                        MT_ASSERT_INT_EQ(mine, rows);
+                        total += mine;
+                    }
+                    int64_t once = 0, more = 0;
+                    for (int64_t x = 0; x < n; x++)
+                        once += seen[x] == 1, more += seen[x] > 1;
+                    MT_ASSERT_INT_EQ(once, total);
+                    MT_ASSERT_INT_EQ(more, 0);
+                    free(seen);
+                }
+    /* the order: the same for the same seed and epoch, another for the next epoch */
+    mt__plan e3, again, e4;
+    mt__plan_make(&e3, 100000, 10, true, 7, 3, 0, 100000);
+    mt__plan_make(&again, 100000, 10, true, 7, 3, 0, 100000);
+    mt__plan_make(&e4, 100000, 10, true, 7, 4, 0, 100000);
+    mt__run *r1, *r2, *r3;
+    int n1, n2, n3;
+    MT_ASSERT_INT_EQ(mt__plan_runs(&e3, 0, 50, &r1, &n1, "t"), MT_OK);
+    MT_ASSERT_INT_EQ(mt__plan_runs(&again, 0, 50, &r2, &n2, "t"), MT_OK);
+    MT_ASSERT_INT_EQ(mt__plan_runs(&e4, 0, 50, &r3, &n3, "t"), MT_OK);
+    MT_ASSERT_INT_EQ(n1, n2);
+    CU_ASSERT(n1 == n2 && !memcmp(r1, r2, (size_t)n1 * sizeof *r1));
+    CU_ASSERT(n1 != n3 || memcmp(r1, r3, (size_t)n1 * sizeof *r1));
+    free(r1), free(r2), free(r3);
+}
+
+/* A plan is a few words whatever the rows: 10^10 and 2^50 rows plan like 10^6, and a
+ * window's runs are as many as its blocks (here 4 blocks of 2^18 rows: at most 5 runs). */
+static void test_plan_size_is_not_in_rows(void)
+{
+    int64_t ns[] = {1000000, 10000000000LL, (int64_t)1 << 50, INT64_MAX / 2};
+    for (size_t a = 0; a < 4; a++) {
+        int64_t B = (int64_t)1 << 18, rows = ns[a] / 3;
+        mt__plan pl;
+        mt__plan_make(&pl, ns[a], B, true, 1, 0, rows, rows); /* rank 1 of 3 */
+        CU_ASSERT(sizeof pl <= 128);
+        for (int64_t k = 0; k < 3 && k * 4 * B < rows; k++) {
+            mt__run *runs = NULL;
+            int nr = 0;
+            int64_t lo = k * 4 * B, hi = lo + 4 * B < rows ? lo + 4 * B : rows, sum = 0;
+            MT_ASSERT_INT_EQ(mt__plan_runs(&pl, lo, lo + 4 * B, &runs, &nr, "t"), MT_OK);
+            CU_ASSERT(nr >= 1 && nr <= 5);
+            for (int i = 0; i < nr; i++) {
+                CU_ASSERT(runs[i].start >= 0 && runs[i].start + runs[i].count <= ns[a]);
+                sum += runs[i].count;
+            }
+            MT_ASSERT_INT_EQ(sum, hi - lo);
+            free(runs);
+        }
+    }
+}
+
 static const mt_test tests[] = {
     {"format_doubles", test_format_doubles},
+    {"plan_covers_every_row_once", test_plan_covers_every_row_once},
+    {"plan_size_is_not_in_rows", test_plan_size_is_not_in_rows},
     {"metrics", test_metrics},
     {"set_error", test_set_error},
     {"retention_vectors", test_retention_vectors},
