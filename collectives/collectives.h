@@ -205,6 +205,10 @@ void mt__watch_quiet(void);
 int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens);
 int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root);
 int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t chunk);
+/* One piece of a stream (at most INT_MAX bytes) started, and its wait (off the CPU after a
+ * short spin, as mt__stream_send waits): the sender works on while the piece moves. */
+int mt__stream_isend(mt__comm *c, int to, const void *data, size_t len, MPI_Request *r);
+int mt__stream_wait(mt__comm *c, MPI_Request *r);
 /* Rank 0 tells every other rank it is done (mt__stream_done); the others wait for that
  * without holding a CPU (mt__stream_await), so they do not spin while rank 0 writes. */
 int mt__stream_done(mt__comm *c);

@@ -348,9 +348,10 @@ static int write_files(mt__ck_job *j, const char *dir, int status)
     return rc;
 }
 
-/* Other ranks: one sharded array's rows, each piece summed just before it is sent (while
- * rank 0 writes the one before), then the sum. The fault site "commit-send" fails the
- * rank after its first piece; it still sends all it announced. */
+/* Other ranks: one sharded array's rows, each piece summed while it is sent (rank 0
+ * takes it meanwhile; the sum does not wait for this rank's turn on a busy machine), then
+ * the sum. The fault site "commit-send" fails the rank after its first piece; it still
+ * sends all it announced. */
 static int send_rows(mt__ck_job *j, const mt__ck_array *a, int *failed)
 {
     int rc = MT_OK;
@@ -360,7 +361,9 @@ static int send_rows(mt__ck_job *j, const mt__ck_array *a, int *failed)
         const char *piece = take(j, (const char *)a->data + off, n);
         if (!piece)
             return MT_EIO;
-        {
+        MPI_Request r;
+        rc = mt__stream_isend(j->comm, 0, piece, n, &r);
+        if (!rc) {
             MT__TRACE("checkpoint", "crc");
             crc = mt__crc32(crc, piece, n);
         }
@@ -368,7 +371,8 @@ static int send_rows(mt__ck_job *j, const mt__ck_array *a, int *failed)
             *failed = mt__error(MT_EIO, "checkpoint array %s: sending rows from %llu failed "
                                 "(injected by MT_TEST_FAIL_AT)", a->name,
                                 (unsigned long long)(off / rb));
-        rc = mt__stream_send(j->comm, 0, piece, n, chunk);
+        if (!rc)
+            rc = mt__stream_wait(j->comm, &r);
         put(j);
         if (rc)
             return rc;
