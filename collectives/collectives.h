@@ -25,6 +25,7 @@
     XX(REPORT, "report")                                                      \
     XX(REPORT_DONE, "report-commit")                                          \
     XX(CKPT_GET, "checkpoint-get")                                            \
+    XX(CKPT_WAIT, "checkpoint-wait")                                          \
     XX(EPOCH, "begin-epoch")                                                  \
     XX(INTERNAL, "internal")                                                  \
     XX(TEST, "test")
@@ -54,17 +55,24 @@ void mt__test_pause(const char *site, int rank);
 int mt__test_mpi(const char *site, int rank, int e);
 
 /* One collective call as the agreement sees it (call.c): its kind and arguments that must match
- * across ranks (n, x, y; their meaning depends on the kind), and their signature. Text
- * is made only when a message needs it (mt__call_describe), never on the fast path. */
+ * across ranks (n, x, y; their meaning depends on the kind), an array's shape when it has
+ * more than one dimension (ndim, dims; ndim 0 otherwise), and their signature. Text is
+ * made only when a message needs it (mt__call_describe), never on the fast path. */
+#define MT__CALL_MAX_DIMS 8
 typedef struct {
     int kind;
+    int ndim;
     uint64_t n;
     int64_t x, y;
+    uint64_t dims[MT__CALL_MAX_DIMS];
     uint64_t sig;
 } mt__call;
 
-/* Fill call; the signature covers kind, n, x and y. */
+/* Fill call (no shape); the signature covers kind, n, x and y. */
 void mt__call_init(mt__call *call, int kind, uint64_t n, int64_t x, int64_t y);
+/* Give call a shape of ndim (<= MT__CALL_MAX_DIMS) dimensions, mixed into its signature
+ * when ndim > 1 (a 0-d or 1-d array signs as the plain call of its count). */
+void mt__call_shape(mt__call *call, int ndim, const size_t *dims);
 /* "allreduce(count=4, f64, sum)" and the like. */
 void mt__call_describe(const mt__call *call, char *buf, size_t len);
 
@@ -101,6 +109,41 @@ int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who
                   int64_t *values, int nvalues);
 
 /*
+ * A payload that travels in the agreement's own message and is combined there (agree.c,
+ * combine.c): the data of a small allreduce (MT__PAY_REDUCE: count elements of dtype,
+ * reduced by op) or a report's statistics (MT__PAY_STATS: count quads {min, max, sum, n}).
+ * At most MT__AGREE_PAYLOAD bytes. Every rank in the same call passes the same
+ * description; buf is this rank's contribution (read only when its status is OK) and
+ * receives the combined result when the agreement is OK (untouched otherwise).
+ */
+#define MT__AGREE_PAYLOAD 192
+/* The agreement's point-to-point messages on a mt__comm (agree.c); no other message there
+ * uses it. */
+#define MT__TAG_AGREE 7100
+enum { MT__PAY_NONE = 0, MT__PAY_REDUCE, MT__PAY_STATS };
+typedef struct {
+    int kind, dtype, op;
+    size_t count;
+    void *buf;
+} mt__payload;
+/* Its size in bytes (SIZE_MAX for a description no frame holds). */
+size_t mt__payload_bytes(const mt__payload *p);
+/* mt__agree_max, with p combined across ranks in the same message (p may be NULL). */
+int mt__agree_carry(mt__comm *c, const mt__call *call, int status, mt__winner *who,
+                    int64_t *values, int nvalues, mt__payload *p);
+
+/* The combining rules (combine.c): b[i] = a[i] op b[i] for n elements of dtype (op
+ * MT_SUM and MT_MEAN sum); the statistics' quads; a rank's quad for a value (present:
+ * the rank has the key as a number). */
+void mt__combine_reduce(const void *a, void *b, size_t n, int dtype, int op);
+void mt__combine_stats(const double *a, double *b, size_t keys);
+void mt__stats_fill(double *quad, bool present, double v);
+/* Collective over c: the statistics' quads (keys of them) combined over ranks into rank
+ * 0's quads (one MPI_Reduce; other ranks' quads are left as they were). Called only
+ * after an OK agreement on the keys. */
+int mt__reduce_stats(mt__comm *c, double *quads, size_t keys);
+
+/*
  * The agreement of a set-up step over any communicator (collective over comm), for steps
  * before a mt__comm exists: local work that can fail on one rank (an allocation) comes
  * first, then this, and only then the set-up's own collectives (MPI_Comm_dup...), so no
@@ -123,9 +166,21 @@ int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who);
 int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op);
 int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root);
 int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dtype t);
+/* The same with the array's shape agreed too (ndim 0 to 8 dimensions, count their product;
+ * ndim 0 is one element): the _nd calls of mpitrain.h. */
+int mt__allreduce_nd(mt__comm *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                     mt_op op);
+int mt__broadcast_nd(mt__comm *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                     int root);
+int mt__allgather_nd(mt__comm *c, const void *send, void *recv, int ndim, const size_t *dims,
+                     mt_dtype t);
 int mt__barrier(mt__comm *c);
 /* Test hook: split data collectives into chunks of n elements (0 = INT_MAX). */
 void mt__set_chunk_elems(size_t n);
+/* Test hook: the largest allreduce (bytes) whose data travels in its agreement's message
+ * (default and at most MT__AGREE_PAYLOAD; 0: always a separate data step). Every rank
+ * must set the same. */
+void mt__set_fold_bytes(size_t n);
 
 /* Where this rank sits (collective over c). */
 typedef struct {
@@ -137,11 +192,17 @@ int mt__topology_get(mt__comm *c, mt__topology *out);
  * caller frees it) in *node, or MPI_COMM_NULL on an error. */
 int mt__topology_node(mt__comm *c, mt__topology *out, MPI_Comm *node);
 
+/* Where this rank waits, for the stall watchdog (position.c): in the data movement of the
+ * call last agreed, or for what it started (the runtime waiting for its checkpoint
+ * commit's thread). A thread that called mt__watch_quiet moves data on a communicator of
+ * its own while this rank goes on (that commit thread): its waits are not where this rank
+ * is, and are not recorded. */
+void mt__watch_data(void);
+void mt__watch_leave(void);
+void mt__watch_quiet(void);
+
 /* Byte movement inside an agreed collective (stream.c). */
 int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens);
-/* The same when every rank knows the largest len (one collective instead of two). */
-int mt__gather_bytes_max(mt__comm *c, const void *send, size_t len, size_t max_len, char **all,
-                         size_t **lens);
 int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root);
 int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t chunk);
 /* Rank 0 tells every other rank it is done (mt__stream_done); the others wait for that

@@ -1,7 +1,6 @@
 /*
  * stream.c -- moving variable amounts of bytes: gathering every rank's bytes to rank 0
- * (mt_report's encoded metrics through mt__gather_bytes_max, a checkpoint's file lists
- * through mt__gather_bytes), broadcasting a buffer of any size, and bounded point-to-point
+ * (a checkpoint's file lists through mt__gather_bytes), broadcasting a buffer of any size, and bounded point-to-point
  * streams that carry a large array to or from rank 0 in chunks, so rank 0 never holds
  * more than its buffers of another rank's data (one, or two that it alternates between so
  * that it can write one piece while the next arrives).
@@ -79,51 +78,6 @@ out:
         free(buf), free(*lens);
         buf = NULL, *lens = NULL;
     }
-    if (c->rank == 0)
-        *all = buf;
-    return rc;
-}
-
-int mt__gather_bytes_max(mt__comm *c, const void *send, size_t len, size_t max_len, char **all,
-                         size_t **lens)
-{
-    int rc = MT_OK;
-    size_t block = 8 + max_len;
-    char *mine = malloc(block), *buf = NULL;
-    if (c->rank == 0) {
-        buf = malloc(block * (size_t)c->size);
-        *lens = calloc((size_t)c->size, sizeof **lens);
-    }
-    if (!mine || (c->rank == 0 && (!buf || !*lens)))
-        rc = mt__error(MT_ENOMEM, "out of memory gathering %zu bytes", block);
-    if ((rc = buffers_agreed(c, rc))) {
-        free(mine);
-        if (c->rank == 0) {
-            free(buf), free(*lens);
-            *all = NULL, *lens = NULL;
-        }
-        return rc;
-    }
-    uint64_t ml = len; /* each block: the length, then the bytes */
-    memcpy(mine, &ml, 8);
-    if (len)
-        memcpy(mine + 8, send, len);
-    mt__watch_data();
-    int e = MPI_Gather(mine, (int)block, MPI_BYTE, buf, (int)block, MPI_BYTE, 0, c->comm);
-    mt__watch_leave();
-    if (e != MPI_SUCCESS)
-        rc = mt__mpi_error(e, "MPI_Gather (report)");
-    if (c->rank == 0 && !rc) { /* pack to the front, as mt__gather_bytes does */
-        size_t off = 0;
-        for (int r = 0; r < c->size; r++) {
-            uint64_t l;
-            memcpy(&l, buf + (size_t)r * block, 8);
-            memmove(buf + off, buf + (size_t)r * block + 8, l);
-            (*lens)[r] = l;
-            off += l;
-        }
-    }
-    free(mine);
     if (c->rank == 0)
         *all = buf;
     return rc;

@@ -726,6 +726,11 @@ static int run_attempt(const mt_trainer *t, fit_state *f)
     else if (fn_rc < 0 && !mt_last_error()[0])
         mt__error(fn_rc, "the training function returned %s (%s)", mt_err_name(fn_rc),
                   mt_strerror(fn_rc));
+    /* an asynchronous checkpoint commit in flight ends with the attempt; its failure is
+     * the attempt's when the function succeeded */
+    int commit_rc = mt__checkpoint_settle(ctx, true);
+    if (!fn_rc)
+        fn_rc = commit_rc;
     int rc = mt__agree_exit(ctx->comm, MT__CALL_FIT_END, fn_rc, &f->who);
     if (rc && f->who.rank >= 0)
         rc = f->who.code; /* the same code on every rank: the winning rank's */

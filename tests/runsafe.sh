@@ -18,13 +18,19 @@
 #    the rerun finishes with every iteration once (tests/test_mpi_input's
 #    checkpoints_where_they_belong covers the function form, another run's checkpoint, a
 #    linked checkpoint folder and old checkpoints without the keys).
+#
+# Two automake tests share this script, so that make -j2 runs them side by side (under the
+# sanitizers this is the suite's longest test): tests/runsafe.sh points 1 and 3,
+# tests/runsafe_links.sh (MT_RUNSAFE_PART=links) point 2.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 need_tier check
+part=${MT_RUNSAFE_PART:-programs}
+case "$part" in programs | links) ;; *) echo "MT_RUNSAFE_PART '$part': programs or links"; exit 99 ;; esac
 ex="$b/tools/trainable-example"
 info="$b/tools/mpitrain-info"
 bench="$b/benchmarks/mpitrain-bench"
-scratch runsafe
+scratch runsafe-$part
 unset MT_STORAGE_PATH MT_NAME MT_TRACE
 export HOME="$store/home" TMPDIR="$store/tmp"
 mkdir -p "$HOME" "$TMPDIR"
@@ -35,6 +41,7 @@ snap() { (cd "$runs/$1" && find . -print | sort | while read -r f; do
     if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"
     elif [ -f "$f" ]; then echo "$f $(cksum <"$f")"; else echo "$f/"; fi; done); }
 
+if [ "$part" = programs ]; then
 # ---------------------------------------------------------------- point 1: the programs
 "$run" 1 "$ex" $common --name done >"$out" 2>"$err" || bad "a finished run to protect"
 "$run" 1 "$ex" $common --name broken --fail-rank 0 --fail-iteration 2 >"$out" 2>"$err"
@@ -96,6 +103,9 @@ if [ $rc -eq 0 ] && grep -q '"status": "finished"' "$runs/done/run.json"; then
     ok "--overwrite with --resume-from-checkpoint outside the run: replaced, started from it"
 else bad "--overwrite with --resume-from-checkpoint outside the run (exit $rc)"; fi
 
+fi
+
+if [ "$part" = links ]; then
 # ---------------------------------------------------------------- point 2: links
 echo "the victim's own text" >"$store/victim"
 mkdir -p "$store/victim-dir" && echo keep >"$store/victim-dir/file"
@@ -169,6 +179,9 @@ if [ $rc -ne 0 ] && grep -q "rank 1.*$runs/trace2/trace/rank_1.json is a symboli
     && grep -q '"status": "failed"' "$runs/trace2/run.json"; then
     ok "2 ranks, a link at rank 1's trace file: the run fails on every rank naming it, the target unchanged"
 else bad "2 ranks, a link at trace/rank_1.json (exit $rc)"; fi
+fi
+
+if [ "$part" = programs ]; then
 # ---------------------------------------------------------------- point 3: the trainable form
 # a checkpoint file copied over the latest (with the keys a commit stamps, and as written
 # before them: only the trainable's own count): skipped with a warning, the next older one
@@ -199,4 +212,5 @@ rc=$?
 if [ $rc -ne 0 ] && grep -q "$runs/shown/run.json is a symbolic link" "$err"; then
     ok "mpitrain-show of a run whose run.json is a link: refused naming it"
 else bad "mpitrain-show of a run whose run.json is a link (exit $rc)"; fi
+fi
 finish

@@ -1,7 +1,8 @@
 """Collectives on numpy arrays and torch CPU tensors, in place, inside a training function.
 
 Every rank calls the same collectives in the same order with arrays of the same size, type
-and shape; otherwise every rank raises ``MismatchError`` naming the calls (never a hang).
+and shape; otherwise every rank raises ``MismatchError`` naming the calls, shapes included
+(never a hang). The shape travels in the call's one agreement: no extra collective.
 The array's memory is used as it is (no copy): it must be C-contiguous. Each call releases
 the GIL while it waits.
 
@@ -33,6 +34,9 @@ def _buffer(a, what):
 
 
 def _op(op):
+    code = _OPS.get(op) if isinstance(op, str) else None  # the common case, first
+    if code is not None:
+        return code
     key = str(op).lower().rsplit(".", 1)[-1]  # "sum", "SUM", ReduceOp.SUM
     if key not in _OPS:
         raise ValueError(f"allreduce: op must be one of sum, mean, min, max (got {op!r})")
