@@ -1,6 +1,7 @@
 #!/bin/sh
 # scripts/test-mpich.sh [DIR]: the MPICH leg of the tests. Builds against MPICH out of tree
-# in DIR (default build-mpich; configure --with-mpi=mpich --enable-werror, HDF5 from
+# in DIR (default build-mpich; configure --with-mpi=mpich --enable-werror --without-python
+# (Debian's h5py and mpi4py are Open MPI's: python.sh is Open MPI only), HDF5 from
 # libhdf5-mpich-dev) and runs there the unit tests (tests/unit.sh, tests/symbols.sh) and
 # every CUnit MPI suite at 2 ranks, launched by MPICH's mpiexec (tests/mpirun.sh). The
 # scripts that need Open MPI skip under MPICH, saying why (tests/lib.sh; docs/clusters.md).
@@ -16,7 +17,7 @@ for p in mpicc.mpich mpirun.mpich; do
 done
 pkg-config --exists hdf5-mpich 2>/dev/null || command -v h5pcc.mpich >/dev/null 2>&1 || {
     echo "test-mpich: skipped: no parallel HDF5 for MPICH (sh scripts/setup.sh --mpich)"; exit 77; }
-sh "$top/scripts/build.sh" "$dir" --with-mpi=mpich --enable-werror
+sh "$top/scripts/build.sh" "$dir" --with-mpi=mpich --enable-werror --without-python
 suites=$(sed -n 's/.*\(tests\/test_mpi_[a-z]*-np2\.mpi\).*/\1/p' "$top/Makefile.am" | sort -u | tr '\n' ' ')
 [ -n "$suites" ] || { echo "test-mpich: no 2-rank suites found in Makefile.am" >&2; exit 1; }
 rc=0

@@ -10,7 +10,7 @@ b=$(cd "${top_builddir:-.}" && pwd)
 # unit.sh, symbols.sh and the scripts not named here run with both families.
 openmpi_only_why() {
     case "$1" in
-    checkpoint.sh | rundir.sh | fulldisk.sh | stall.sh | demo.sh)
+    checkpoint.sh | async_checkpoint.sh | rundir.sh | fulldisk.sh | stall.sh | demo.sh)
         echo "passes variables to the ranks with Open MPI's mpirun -x" ;;
     trainer.sh | fault.sh | trainable.sh | badinput.sh | tools.sh)
         echo "mpitrain-run's reruns and signal forwarding are tested with Open MPI's mpirun (it forwards SIGUSR1; OMPI_MCA_orte_default_hostfile)" ;;
@@ -22,8 +22,10 @@ openmpi_only_why() {
         echo "the emulated cluster starts ranks through Open MPI's rsh agent and MCA settings (tests/cluster.sh)" ;;
     slurm.sh)
         echo "srun --mpi=pmix with Debian's Open MPI" ;;
-    python.sh)
+    python.sh | torch_example.sh)
         echo "Debian's h5py and mpi4py are built against Open MPI" ;;
+    msgcount.sh)
+        echo "counts messages with Open MPI's pml monitoring (OMPI_MCA_pml_monitoring_enable)" ;;
     install.sh)
         echo "README's install commands are Open MPI's (mpirun, libhdf5-openmpi-dev)" ;;
     esac
