@@ -438,8 +438,11 @@ int main(int argc, char **argv)
     for (char *h = b.host; *h; h++) /* a JSON string as printed */
         if (*h == '"' || *h == '\\' || (unsigned char)*h < 0x20)
             *h = '?';
-    if (bench_size_wanted(&b, (size_t)256 << 20)) /* the asynchronous part's checkpoint */
-        b.ck_async_bytes = (size_t)256 << 20;
+    /* the asynchronous part's checkpoint: 256 MiB (64 MiB in a quick run), one of the sizes
+     * the synchronous part measures */
+    size_t async_bytes = (size_t)(b.quick ? 64 : 256) << 20;
+    if (bench_size_wanted(&b, async_bytes))
+        b.ck_async_bytes = async_bytes;
     if (!rc) {
         mt_trainer *t = NULL;
         mt_result *res = NULL;
