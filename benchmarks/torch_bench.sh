@@ -6,7 +6,8 @@
 #   CNN (fmnist_torch.py's) samples/s >= 1.5x DDP's
 #   samples/s a rank                  >= 0.85x the no-communication ceiling (every rank
 #                                        stepping alone at the same time), both models
-#   MLP time to 0.88 test accuracy    <= 0.4x DDP's (training time, the same start and batches)
+#   MLP time to 0.88 test accuracy    <= 0.4x DDP's (training time; the same start and batches,
+#                                        the two taking turns batch by batch)
 # The three ways take turns round after round (benchmarks/torch_bench.py); the time to
 # accuracy needs Fashion-MNIST (Debian's dataset-fashion-mnist, imported here with
 # mpitrain-import; skipped without it). A benchmark, not a test: it prints the figures, the

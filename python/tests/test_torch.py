@@ -28,7 +28,7 @@ from mpitrain.train.torch import (TorchTrainer, get_device, prepare_data_loader,
 
 WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
 RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-LIMIT = 180 * float(os.environ.get("MT_TEST_TIMEOUT_SCALE", "1"))
+LIMIT = 600 * float(os.environ.get("MT_TEST_TIMEOUT_SCALE", "1"))  # a job: 2 or 3 interpreters importing torch
 
 
 def tfit(fn, store, name, **kw):
