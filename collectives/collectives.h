@@ -25,6 +25,7 @@
     XX(REPORT, "report")                                                      \
     XX(REPORT_DONE, "report-commit")                                          \
     XX(CKPT_GET, "checkpoint-get")                                            \
+    XX(CKPT_WAIT, "checkpoint-wait")                                          \
     XX(EPOCH, "begin-epoch")                                                  \
     XX(INTERNAL, "internal")                                                  \
     XX(TEST, "test")
@@ -54,17 +55,24 @@ void mt__test_pause(const char *site, int rank);
 int mt__test_mpi(const char *site, int rank, int e);
 
 /* One collective call as the agreement sees it (call.c): its kind and arguments that must match
- * across ranks (n, x, y; their meaning depends on the kind), and their signature. Text
- * is made only when a message needs it (mt__call_describe), never on the fast path. */
+ * across ranks (n, x, y; their meaning depends on the kind), an array's shape when it has
+ * more than one dimension (ndim, dims; ndim 0 otherwise), and their signature. Text is
+ * made only when a message needs it (mt__call_describe), never on the fast path. */
+#define MT__CALL_MAX_DIMS 8
 typedef struct {
     int kind;
+    int ndim;
     uint64_t n;
     int64_t x, y;
+    uint64_t dims[MT__CALL_MAX_DIMS];
     uint64_t sig;
 } mt__call;
 
-/* Fill call; the signature covers kind, n, x and y. */
+/* Fill call (no shape); the signature covers kind, n, x and y. */
 void mt__call_init(mt__call *call, int kind, uint64_t n, int64_t x, int64_t y);
+/* Give call a shape of ndim (<= MT__CALL_MAX_DIMS) dimensions, mixed into its signature
+ * when ndim > 1 (a 0-d or 1-d array signs as the plain call of its count). */
+void mt__call_shape(mt__call *call, int ndim, const size_t *dims);
 /* "allreduce(count=4, f64, sum)" and the like. */
 void mt__call_describe(const mt__call *call, char *buf, size_t len);
 
@@ -158,6 +166,14 @@ int mt__agree_exit(mt__comm *c, int kind, int status, mt__winner *who);
 int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op);
 int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root);
 int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dtype t);
+/* The same with the array's shape agreed too (ndim 0 to 8 dimensions, count their product;
+ * ndim 0 is one element): the _nd calls of mpitrain.h. */
+int mt__allreduce_nd(mt__comm *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                     mt_op op);
+int mt__broadcast_nd(mt__comm *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                     int root);
+int mt__allgather_nd(mt__comm *c, const void *send, void *recv, int ndim, const size_t *dims,
+                     mt_dtype t);
 int mt__barrier(mt__comm *c);
 /* Test hook: split data collectives into chunks of n elements (0 = INT_MAX). */
 void mt__set_chunk_elems(size_t n);
@@ -176,10 +192,23 @@ int mt__topology_get(mt__comm *c, mt__topology *out);
  * caller frees it) in *node, or MPI_COMM_NULL on an error. */
 int mt__topology_node(mt__comm *c, mt__topology *out, MPI_Comm *node);
 
+/* Where this rank waits, for the stall watchdog (position.c): in the data movement of the
+ * call last agreed, or for what it started (the runtime waiting for its checkpoint
+ * commit's thread). A thread that called mt__watch_quiet moves data on a communicator of
+ * its own while this rank goes on (that commit thread): its waits are not where this rank
+ * is, and are not recorded. */
+void mt__watch_data(void);
+void mt__watch_leave(void);
+void mt__watch_quiet(void);
+
 /* Byte movement inside an agreed collective (stream.c). */
 int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens);
 int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root);
 int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t chunk);
+/* One piece of a stream (at most INT_MAX bytes) started, and its wait (off the CPU after a
+ * short spin, as mt__stream_send waits): the sender works on while the piece moves. */
+int mt__stream_isend(mt__comm *c, int to, const void *data, size_t len, MPI_Request *r);
+int mt__stream_wait(mt__comm *c, MPI_Request *r);
 /* Rank 0 tells every other rank it is done (mt__stream_done); the others wait for that
  * without holding a CPU (mt__stream_await), so they do not spin while rank 0 writes. */
 int mt__stream_done(mt__comm *c);

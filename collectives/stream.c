@@ -131,6 +131,21 @@ out:
     return rc;
 }
 
+int mt__stream_isend(mt__comm *c, int to, const void *data, size_t len, MPI_Request *r)
+{
+    int e = len > INT_MAX ? MPI_ERR_COUNT
+                          : MPI_Isend(data, (int)len, MPI_BYTE, to, TAG_STREAM, c->comm, r);
+    return e == MPI_SUCCESS ? MT_OK : mt__mpi_error(e, "MPI_Isend (stream)");
+}
+
+int mt__stream_wait(mt__comm *c, MPI_Request *r)
+{
+    mt__watch_data();
+    int rc = wait_politely(r);
+    mt__watch_leave();
+    return rc;
+}
+
 int mt__stream_done(mt__comm *c)
 {
     int rc = MT_OK, one = 1;

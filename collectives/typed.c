@@ -2,7 +2,8 @@
  * typed.c -- mt_allreduce / mt_broadcast / mt_allgather / mt_barrier on a mt__comm.
  *
  * Each call first passes the agreement with its kind and a signature of the arguments
- * that must match (count, dtype, op, root), so ranks that disagree get MT_EMISMATCH
+ * that must match (count, dtype, op, root; the array's shape for the _nd calls, so that
+ * (2, 3) against (3, 2) is a mismatch too, in the same one agreement), so ranks that disagree get MT_EMISMATCH
  * before any data moves, and a rank whose arguments are bad makes every rank fail with
  * MT_EPEER instead of leaving the others waiting. Only then does the data collective run,
  * in chunks of at most INT_MAX elements (MPI counts are int).
@@ -17,6 +18,7 @@
 #include "position.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 static size_t chunk_elems = INT_MAX;
@@ -66,11 +68,36 @@ static int check_args(const char *fn, const void *buf, size_t count, mt_dtype t)
 
 /* Collective: the agreement on a call of this kind with these arguments (rc: this rank's
  * verdict on them). */
-static int agreed(mt__comm *c, int kind, size_t count, mt_dtype t, int64_t arg, int rc)
+static int agreed(mt__comm *c, int kind, size_t count, mt_dtype t, int64_t arg, int ndim,
+                  const size_t *dims, int rc)
 {
     mt__call call;
     mt__call_init(&call, kind, count, t, arg);
+    if (!rc)
+        mt__call_shape(&call, ndim, dims);
     return mt__agree(c, &call, rc, NULL);
+}
+
+/* The element count of a shape (ndim 0: one element); rc: MT_EINVAL for more than 8
+ * dimensions, a NULL dims or a product that overflows, or for MT_ND_FAIL (keeping the
+ * message the caller set). */
+static int count_of(const char *fn, int ndim, const size_t *dims, size_t *count)
+{
+    *count = 0;
+    if (ndim == MT_ND_FAIL) /* the caller's own error, set by mt_set_error */
+        return MT_EINVAL;
+    if (ndim < 0 || ndim > MT__CALL_MAX_DIMS)
+        return mt__error(MT_EINVAL, "%s: %d dimensions (0 to %d)", fn, ndim, MT__CALL_MAX_DIMS);
+    if (ndim > 0 && !dims)
+        return mt__error(MT_EINVAL, "%s: NULL dims for %d dimensions", fn, ndim);
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (dims[d] && n > SIZE_MAX / dims[d])
+            return mt__error(MT_EINVAL, "%s: the shape's element count overflows", fn);
+        n *= dims[d];
+    }
+    *count = n;
+    return MT_OK;
 }
 
 static void divide(void *buf, size_t n, mt_dtype t, int size)
@@ -84,16 +111,20 @@ static void divide(void *buf, size_t n, mt_dtype t, int size)
     }
 }
 
-int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op)
+static int allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op, int ndim,
+                     const size_t *dims, int rc)
 {
     MT__TRACE("collective", "allreduce");
-    int rc = check_args("mt_allreduce", buf, count, t);
+    if (!rc)
+        rc = check_args("mt_allreduce", buf, count, t);
     if (!rc && mpi_op(op) == MPI_OP_NULL)
         rc = mt__error(MT_EINVAL, "mt_allreduce: unknown op %d", (int)op);
     size_t es = mt_dtype_size(t);
     if (es && count <= fold_bytes / es) { /* the data rides in the agreement */
         mt__call call;
         mt__call_init(&call, MT__CALL_ALLREDUCE, count, t, op);
+        if (!rc)
+            mt__call_shape(&call, ndim, dims);
         mt__payload p = {.kind = MT__PAY_REDUCE, .dtype = t, .op = op, .count = count,
                          .buf = buf};
         rc = mt__agree_carry(c, &call, rc, NULL, NULL, 0, count ? &p : NULL);
@@ -101,7 +132,7 @@ int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op)
             divide(buf, count, t, c->size);
         return rc;
     }
-    rc = agreed(c, MT__CALL_ALLREDUCE, count, t, op, rc);
+    rc = agreed(c, MT__CALL_ALLREDUCE, count, t, op, ndim, dims, rc);
     if (rc)
         return rc;
     mt__watch_data();
@@ -115,14 +146,29 @@ out:
     return rc;
 }
 
-int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root)
+int mt__allreduce(mt__comm *c, void *buf, size_t count, mt_dtype t, mt_op op)
+{
+    return allreduce(c, buf, count, t, op, 0, NULL, MT_OK);
+}
+
+int mt__allreduce_nd(mt__comm *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                     mt_op op)
+{
+    size_t count;
+    int rc = count_of("mt_allreduce_nd", ndim, dims, &count);
+    return allreduce(c, buf, count, t, op, ndim, dims, rc);
+}
+
+static int broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root, int ndim,
+                     const size_t *dims, int rc)
 {
     MT__TRACE("collective", "broadcast");
-    int rc = check_args("mt_broadcast", buf, count, t);
+    if (!rc)
+        rc = check_args("mt_broadcast", buf, count, t);
     if (!rc && (root < 0 || root >= c->size))
         rc = mt__error(MT_EINVAL, "mt_broadcast: root %d is not a rank of this %d-rank job",
                        root, c->size);
-    rc = agreed(c, MT__CALL_BROADCAST, count, t, root, rc);
+    rc = agreed(c, MT__CALL_BROADCAST, count, t, root, ndim, dims, rc);
     if (rc)
         return rc;
     size_t es = mt_dtype_size(t);
@@ -132,6 +178,19 @@ int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root)
 out:
     mt__watch_leave();
     return rc;
+}
+
+int mt__broadcast(mt__comm *c, void *buf, size_t count, mt_dtype t, int root)
+{
+    return broadcast(c, buf, count, t, root, 0, NULL, MT_OK);
+}
+
+int mt__broadcast_nd(mt__comm *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                     int root)
+{
+    size_t count;
+    int rc = count_of("mt_broadcast_nd", ndim, dims, &count);
+    return broadcast(c, buf, count, t, root, ndim, dims, rc);
 }
 
 /* One chunk [off, off+n) of every rank's block: received with a type whose extent is a
@@ -155,13 +214,15 @@ out:
     return rc;
 }
 
-int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dtype t)
+static int allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dtype t,
+                     int ndim, const size_t *dims, int rc)
 {
     MT__TRACE("collective", "allgather");
-    int rc = check_args("mt_allgather", send, count, t);
+    if (!rc)
+        rc = check_args("mt_allgather", send, count, t);
     if (!rc && count > 0 && !recv)
         rc = mt__error(MT_EINVAL, "mt_allgather: NULL receive buffer with count %zu", count);
-    rc = agreed(c, MT__CALL_ALLGATHER, count, t, 0, rc);
+    rc = agreed(c, MT__CALL_ALLGATHER, count, t, 0, ndim, dims, rc);
     if (rc || count == 0)
         return rc;
     mt__watch_data();
@@ -176,6 +237,19 @@ int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dt
 out:
     mt__watch_leave();
     return rc;
+}
+
+int mt__allgather(mt__comm *c, const void *send, void *recv, size_t count, mt_dtype t)
+{
+    return allgather(c, send, recv, count, t, 0, NULL, MT_OK);
+}
+
+int mt__allgather_nd(mt__comm *c, const void *send, void *recv, int ndim, const size_t *dims,
+                     mt_dtype t)
+{
+    size_t count;
+    int rc = count_of("mt_allgather_nd", ndim, dims, &count);
+    return allgather(c, send, recv, count, t, ndim, dims, rc);
 }
 
 int mt__barrier(mt__comm *c)

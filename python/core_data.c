@@ -3,16 +3,19 @@
  * batch columns as read-only buffers (mpitrain._core.ColumnView) over the library's own
  * memory, so that numpy arrays of a batch are views, not copies.
  *
- * Validity: a batch's memory is the library's until the next mt_shard_next (the next
- * batch) and ends with the fit; a view keeps its Shard object alive but cannot keep the
- * bytes: the Python layer documents that a batch is valid until the next one is drawn
- * (copy what you keep). The shard itself is checked by the library on every call: one used
- * after its fit ended is an error, never a use of freed memory.
+ * Validity: every batch's views share one hold on the batch's memory (mt_batch_hold_new,
+ * in a capsule that frees it when the last view goes), so a view kept past the next
+ * batch, the next epoch or the end of the fit still reads its own rows: the library reads
+ * what comes next into other memory. The usual loop (batch k still referenced while
+ * batch k+1 is drawn) costs nothing more; a batch kept longer keeps its buffers (up to a
+ * window of the shard) until its arrays go. The shard itself is checked by the library
+ * on every call: one used after its fit ended is an error, never a use of freed memory.
  */
 #include "core.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     PyObject_HEAD
@@ -26,7 +29,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *owner; /* the Shard */
+    PyObject *owner; /* the batch's hold (a capsule over mt_batch_hold) */
     const void *data;
     mt_dtype t;
     int ndim;
@@ -83,8 +86,8 @@ static PyType_Slot view_slots[] = {
     {Py_bf_getbuffer, view_getbuffer},
     {Py_tp_dealloc, view_dealloc},
     {Py_tp_traverse, view_traverse},
-    {Py_tp_doc, "A batch column: a read-only buffer over the library's memory, valid until "
-                "the next batch."},
+    {Py_tp_doc, "A batch column: a read-only buffer over the library's memory, which it "
+                "keeps allocated and unchanged while it lives."},
     {0, NULL},
 };
 
@@ -209,6 +212,12 @@ static PyObject *shard_begin(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static void hold_free(PyObject *capsule)
+{
+    mt_batch_hold *h = PyCapsule_GetPointer(capsule, "mpitrain.batch_hold");
+    mt_batch_hold_free(&h);
+}
+
 /* next() -> None when the epoch is done, else a tuple of ColumnViews in column order. */
 static PyObject *shard_next(PyObject *self, PyObject *unused)
 {
@@ -224,20 +233,34 @@ static PyObject *shard_next(PyObject *self, PyObject *unused)
     if (rc == 0)
         Py_RETURN_NONE;
     size_t rows = mt_batch_rows(b);
-    PyObject *out = PyTuple_New(o->ncols);
-    for (int i = 0; out && i < o->ncols; i++) {
-        const void *data = mt_batch_column(b, o->names[i], o->as[i]);
-        if (!data) {
-            Py_DECREF(out);
+    const void *small[16], **data = o->ncols <= 16 ? small : malloc(o->ncols * sizeof *data);
+    if (!data)
+        return PyErr_NoMemory();
+    for (int i = 0; i < o->ncols; i++)
+        if (!(data[i] = mt_batch_column(b, o->names[i], o->as[i]))) {
+            if (data != small)
+                free(data);
             return mt_py_raise(st, MT_EINVAL);
         }
+    mt_batch_hold *h = mt_batch_hold_new(b);
+    PyObject *hold = h ? PyCapsule_New(h, "mpitrain.batch_hold", hold_free) : NULL;
+    if (!hold) {
+        if (data != small)
+            free(data);
+        if (!h)
+            return mt_py_raise(st, MT_ENOMEM);
+        mt_batch_hold_free(&h);
+        return NULL;
+    }
+    PyObject *out = PyTuple_New(o->ncols);
+    for (int i = 0; out && i < o->ncols; i++) {
         view_obj *v = PyObject_GC_New(view_obj, st->view_type);
         if (!v) {
-            Py_DECREF(out);
-            return NULL;
+            Py_CLEAR(out);
+            break;
         }
-        v->owner = Py_NewRef(self);
-        v->data = data;
+        v->owner = Py_NewRef(hold);
+        v->data = data[i];
         v->t = o->as[i];
         v->ndim = o->ndim[i];
         v->shape[0] = (Py_ssize_t)rows;
@@ -251,7 +274,46 @@ static PyObject *shard_next(PyObject *self, PyObject *unused)
         PyObject_GC_Track((PyObject *)v);
         PyTuple_SET_ITEM(out, i, (PyObject *)v);
     }
+    Py_DECREF(hold); /* the views have it */
+    if (data != small)
+        free(data);
     return out;
+}
+
+/* _c_epoch(epoch, batch_size) -> seconds: Collective. One epoch through the shard in C
+ * alone (begin, then every batch, touching its first column's first byte), as
+ * mpitrain-bench's shard suite reads it: the C baseline of benchmarks/python_bench.py,
+ * timed in this process between the Python layer's own epochs. */
+static PyObject *shard_c_epoch(PyObject *self, PyObject *args)
+{
+    shard_obj *o = (shard_obj *)self;
+    int epoch;
+    Py_ssize_t batch;
+    if (!PyArg_ParseTuple(args, "in:_c_epoch", &epoch, &batch))
+        return NULL;
+    if (batch < 1 || o->ncols < 1)
+        return PyErr_Format(PyExc_ValueError, "_c_epoch: batch_size >= 1 and a column needed");
+    mt_iter_options opt = {.batch_size = (size_t)batch};
+    int rc, got = 0;
+    double secs;
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    rc = mt_shard_begin_epoch(o->s, epoch, &opt);
+    const mt_batch *bt;
+    volatile unsigned sum = 0;
+    while (!rc && (got = mt_shard_next(o->s, &bt)) == 1) {
+        const unsigned char *x = mt_batch_column(bt, o->names[0], o->as[0]);
+        sum += x ? x[0] : 0;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    Py_END_ALLOW_THREADS
+    if (!rc && got < 0)
+        rc = got;
+    if (rc)
+        return mt_py_raise(shard_state(self), rc);
+    return PyFloat_FromDouble(secs);
 }
 
 static PyGetSetDef shard_getset[] = {
@@ -265,6 +327,7 @@ static PyMethodDef shard_methods[] = {
     {"set_column_dtype", shard_set_dtype, METH_VARARGS, NULL},
     {"begin_epoch", shard_begin, METH_VARARGS, NULL},
     {"next", shard_next, METH_NOARGS, NULL},
+    {"_c_epoch", shard_c_epoch, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

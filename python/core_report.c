@@ -8,17 +8,19 @@
  * (rank 0) and the others None; mt_report wants one on every rank or on none. So one
  * small agreement goes first: the most any rank has ("a checkpoint", "this rank failed to
  * prepare its report", its number of arrays), and a rank without one passes an empty one.
- * Arrays are the exception: mt_report wants the same arrays from every rank, so ranks whose
- * checkpoints hold different numbers of arrays all get a MismatchError saying so (files
- * and metadata may come from rank 0 alone). A rank that failed
- * to convert its metrics or build its checkpoint says so in the same agreement: every rank
- * raises (that rank its own error, the others PeerError naming it) and none is left
- * waiting in mt_report.
+ * Arrays: mt_report wants the same arrays from every rank; when only rank 0's checkpoint
+ * holds arrays, their layout is broadcast and the others put the same arrays over zeroed
+ * memory (rank 0's copy is what is stored); any other disagreement on the number of arrays
+ * is an error on every rank saying so. A rank that failed to convert its metrics or build
+ * its checkpoint says so in the same agreement and its message is broadcast: every rank
+ * raises (that rank its own error, the others PeerError naming it and quoting the error)
+ * and none is left waiting in mt_report.
  *
  * Collectives take any C-contiguous buffer (numpy arrays; torch CPU tensors through
- * .numpy()) in place, with the GIL released while they wait. Arrays of more than one
- * dimension agree on their shape too (one more small collective), so that (2, 3) against
- * (3, 2) is a MismatchError on every rank, not a silent reshaping.
+ * .numpy()) in place, with the GIL released while they wait. They go through the _nd
+ * calls, so an array's shape is agreed in the call's one agreement with its count and
+ * type: (2, 3) against (3, 2) is a MismatchError on every rank naming both shapes, not a
+ * silent reshaping, and costs no extra collective.
  */
 #include "core.h"
 
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static mt_py_state *state(PyObject *module)
 {
@@ -139,7 +142,11 @@ PyObject *mt_py_metrics_dict(const mt_metrics *m)
 
 typedef struct {
     Py_buffer views[MAX_ARRAYS];
+    const char *names[MAX_ARRAYS]; /* the spec's own strings (alive while report runs) */
+    char sharded[MAX_ARRAYS];
     int nviews;
+    void *fill[MAX_ARRAYS];        /* zeroed stand-ins for rank 0's arrays (see below) */
+    int nfill;
 } held;
 
 static void held_release(held *h)
@@ -147,6 +154,91 @@ static void held_release(held *h)
     for (int i = 0; i < h->nviews; i++)
         PyBuffer_Release(&h->views[i]);
     h->nviews = 0;
+    for (int i = 0; i < h->nfill; i++)
+        free(h->fill[i]);
+    h->nfill = 0;
+}
+
+/* ---------------------------------------------------------------- arrays from rank 0 alone
+ *
+ * Ray's other idiom, only rank 0 passing a checkpoint: its arrays are described (name,
+ * dtype, layout, shape) and broadcast, and every rank that has no arrays puts the same
+ * ones over zeroed memory (calloc: pages never touched), so mt_report sees the same arrays
+ * everywhere and stores rank 0's: a replicated array's copy is rank 0's, and a sharded one
+ * gets no rows from the others. */
+
+/* Rank 0's description: per array u16 name length, the name, u8 dtype, u8 sharded, u8
+ * ndim, ndim x u64 dims. malloc'd, *len bytes; NULL when out of memory. */
+static unsigned char *describe_arrays(const held *h, size_t *len)
+{
+    size_t n = 0;
+    for (int i = 0; i < h->nviews; i++)
+        n += 2 + strlen(h->names[i]) + 3 + 8 * (size_t)(h->views[i].ndim ? h->views[i].ndim : 1);
+    unsigned char *d = malloc(n ? n : 1), *p = d;
+    if (!d)
+        return NULL;
+    for (int i = 0; i < h->nviews; i++) {
+        const Py_buffer *v = &h->views[i];
+        uint16_t nl = (uint16_t)strlen(h->names[i]);
+        memcpy(p, &nl, 2);
+        memcpy(p + 2, h->names[i], nl);
+        p += 2 + nl;
+        *p++ = (unsigned char)mt_py_dtype_of(v, "checkpoint");
+        *p++ = (unsigned char)h->sharded[i];
+        int nd = v->ndim ? v->ndim : 1;
+        *p++ = (unsigned char)nd;
+        for (int k = 0; k < nd; k++) {
+            uint64_t x = v->ndim ? (uint64_t)v->shape[k] : 1;
+            memcpy(p, &x, 8);
+            p += 8;
+        }
+    }
+    *len = n;
+    return d;
+}
+
+/* Put rank 0's described arrays into ck over zeroed memory (no GIL needed). */
+static int fill_arrays(mt_checkpoint *ck, const unsigned char *d, size_t len, held *h)
+{
+    const unsigned char *p = d, *end = d + len;
+    while (p < end) {
+        uint16_t nl;
+        char name[256];
+        if (end - p < 2)
+            goto bad;
+        memcpy(&nl, p, 2);
+        if (nl >= sizeof name || end - p < 2 + nl + 3)
+            goto bad;
+        memcpy(name, p + 2, nl);
+        name[nl] = '\0';
+        p += 2 + nl;
+        mt_dtype t = (mt_dtype)*p++;
+        int sharded = *p++, nd = *p++;
+        size_t dims[8], n = mt_dtype_size(t);
+        if (nd < 1 || nd > 8 || end - p < 8 * nd || h->nfill == MAX_ARRAYS)
+            goto bad;
+        for (int k = 0; k < nd; k++) {
+            uint64_t x;
+            memcpy(&x, p, 8);
+            p += 8;
+            dims[k] = (size_t)x;
+        }
+        if (sharded)
+            dims[0] = 0; /* no rows from this rank */
+        for (int k = 0; k < nd; k++)
+            n *= dims[k];
+        void *buf = calloc(1, n ? n : 1);
+        if (!buf)
+            return mt_set_error(MT_ENOMEM, "report: out of memory for rank 0's array layout");
+        h->fill[h->nfill++] = buf;
+        int rc = mt_checkpoint_put(ck, name, t, nd, dims, buf, sharded ? MT_SHARDED
+                                                                        : MT_REPLICATED);
+        if (rc)
+            return rc;
+    }
+    return MT_OK;
+bad:
+    return mt_set_error(MT_EFORMAT, "report: rank 0's array description is damaged");
 }
 
 static int ck_fail(mt_py_state *st, int rc)
@@ -184,6 +276,8 @@ static int build_checkpoint(mt_checkpoint *ck, PyObject *spec, held *h, mt_py_st
         Py_buffer *v = &h->views[h->nviews];
         if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
             return -1;
+        h->names[h->nviews] = name;
+        h->sharded[h->nviews] = (char)sharded;
         h->nviews++;
         char what[300];
         snprintf(what, sizeof what, "checkpoint array \"%s\"", name);
@@ -270,37 +364,80 @@ static PyObject *py_report(PyObject *module, PyObject *args)
         local = -1;
     /* this rank's exception, if any, waits until every rank knows */
     PyObject *type = NULL, *value = NULL, *tb = NULL;
-    if (local)
+    char note[1024] = ""; /* its text, for the other ranks */
+    if (local) {
         PyErr_Fetch(&type, &value, &tb);
-    /* the most of: a checkpoint, a failing rank, its arrays (and the fewest, negated) */
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyObject *txt = value ? PyObject_Str(value) : NULL;
+        const char *u = txt ? PyUnicode_AsUTF8(txt) : NULL;
+        snprintf(note, sizeof note, "%s: %s", type ? ((PyTypeObject *)type)->tp_name : "error",
+                 u ? u : "?");
+        Py_XDECREF(txt);
+        PyErr_Clear();
+    }
+    int world = mt_world_size(c), me = mt_world_rank(c);
     int32_t narr = ck ? h.nviews : 0;
-    int32_t agree[4] = {ck != NULL, local ? mt_world_rank(c) + 1 : 0, narr, -narr};
-    int rc;
+    size_t dlen = 0;
+    unsigned char *desc = NULL;
+    int nomem = me == 0 && !local && narr > 0 && !(desc = describe_arrays(&h, &dlen));
+    if (nomem)
+        snprintf(note, sizeof note, "report: out of memory describing the checkpoint's arrays");
+    /* the most of: a checkpoint, the lowest failing rank (world - rank), its arrays (and
+     * the fewest, negated), rank 0's arrays and the bytes of their description */
+    int32_t agree[6] = {ck != NULL, local || nomem ? world - me : 0, narr, -narr,
+                        me == 0 ? narr : 0, me == 0 ? (int32_t)dlen : 0};
+    int rc, failed_rank = -1, fill = 0;
     Py_BEGIN_ALLOW_THREADS
-    rc = mt_allreduce(c, agree, 4, MT_I32, MT_MAX);
-    if (!rc && !agree[1] && agree[2] != -agree[3]) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "report: the ranks' checkpoints hold different numbers of "
-                 "arrays (from %d to %d; this rank %d): arrays need a checkpoint from every "
-                 "rank with the same arrays (replicated ones: rank 0's copy is stored); a "
-                 "checkpoint of files and metadata only may come from some ranks, the others "
-                 "passing None", (int)-agree[3], (int)agree[2], (int)narr);
-        rc = mt_set_error(MT_EMISMATCH, msg);
+    rc = mt_allreduce(c, agree, 6, MT_I32, MT_MAX);
+    if (!rc && agree[1]) { /* the failing rank's message, to every rank */
+        failed_rank = world - agree[1];
+        rc = mt_broadcast(c, note, sizeof note, MT_U8, failed_rank);
+        note[sizeof note - 1] = '\0';
+    } else if (!rc && agree[2] != -agree[3]) {
+        int32_t n0 = agree[4];
+        char msg[640];
+        if (n0 > 0 && n0 == agree[2]) {
+            fill = 1; /* rank 0 has the most arrays: the ranks without any take its layout */
+        } else if (n0 == 0) {
+            snprintf(msg, sizeof msg, "report: some ranks' checkpoints hold arrays (up to %d; "
+                     "this rank %d) but rank 0's holds none: arrays come from rank 0 alone "
+                     "(the others passing None or no arrays) or from every rank (the same "
+                     "arrays; replicated ones store rank 0's copy)", (int)agree[2], (int)narr);
+            rc = mt_set_error(MT_EINVAL, msg);
+        } else {
+            snprintf(msg, sizeof msg, "report: the ranks' checkpoints hold different numbers "
+                     "of arrays (from %d to %d; rank 0 %d, this rank %d): arrays come from "
+                     "rank 0 alone (the others passing None or no arrays) or from every rank "
+                     "with the same arrays (replicated ones: rank 0's copy is stored)",
+                     (int)-agree[3], (int)agree[2], (int)n0, (int)narr);
+            rc = mt_set_error(MT_EMISMATCH, msg);
+        }
+    }
+    if (fill) { /* every rank: rank 0's description, then the ranks without arrays fill */
+        size_t n = (size_t)agree[5];
+        unsigned char *d = me == 0 ? desc : malloc(n ? n : 1);
+        rc = mt_broadcast(c, d, d ? n : 0, MT_U8, 0); /* a lost malloc: a mismatch, no hang */
+        if (!rc && narr == 0 && !ck && !(ck = mt_checkpoint_new()))
+            rc = mt_set_error(MT_ENOMEM, "report: out of memory for a checkpoint");
+        if (!rc && narr == 0)
+            rc = fill_arrays(ck, d, n, &h);
+        if (d != desc)
+            free(d);
     }
     if (!rc && !agree[1] && agree[0] && !ck && !(ck = mt_checkpoint_new()))
         rc = mt_set_error(MT_ENOMEM, "report: out of memory for an empty checkpoint");
     Py_END_ALLOW_THREADS
+    free(desc);
     PyObject *out = NULL;
-    if (local) {
+    if (local && !rc) {
         PyErr_Restore(type, value, tb); /* this rank's own error */
-        if (rc)                          /* ... unless the agreement failed itself */
-            PyErr_Clear(), mt_py_raise(st, rc);
-    } else if (rc) {
+        type = value = tb = NULL;
+    } else if (rc) { /* the agreement failed itself */
         mt_py_raise(st, rc);
-    } else if (agree[1]) {
+    } else if (failed_rank >= 0) {
         mt_set_error(MT_EPEER, "");
         PyErr_Format(st->errors[-MT_EPEER - 1], "report: rank %d failed to prepare its report "
-                     "(its metrics or checkpoint); see that rank's error", agree[1] - 1);
+                     "(its metrics or checkpoint): %s", failed_rank, note);
     } else {
         Py_BEGIN_ALLOW_THREADS
         rc = mt_report(c, m, ck);
@@ -312,6 +449,9 @@ static PyObject *py_report(PyObject *module, PyObject *args)
         else
             out = Py_NewRef(Py_None);
     }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
     held_release(&h);
     mt_metrics_free(&m);
     mt_checkpoint_free(&ck);
@@ -320,36 +460,16 @@ static PyObject *py_report(PyObject *module, PyObject *args)
 
 /* ---------------------------------------------------------------- collectives */
 
-static const char *op_names[] = {"sum", "mean", "min", "max"};
-
-/* Agree on the shape of an n-d buffer: a MismatchError on every rank when they differ. */
-static int agree_shape(mt_py_state *st, mt_context *c, const Py_buffer *v, const char *what)
+/* The buffer's shape for the _nd collectives (at most 8 dimensions: the trailing ones of a
+ * deeper array are folded into the eighth, their product); returns ndim. */
+static int shape_of(const Py_buffer *v, size_t dims[8])
 {
-    if (v->ndim <= 1)
-        return 0;
-    uint64_t hsh = 1469598103934665603ull;
-    for (int d = 0; d < v->ndim; d++)
-        hsh = (hsh ^ (uint64_t)v->shape[d]) * 1099511628211ull;
-    int64_t x[2] = {(int64_t)(hsh >> 1), -(int64_t)(hsh >> 1)};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = mt_allreduce(c, x, 2, MT_I64, MT_MAX);
-    Py_END_ALLOW_THREADS
-    if (rc) {
-        mt_py_raise(st, rc);
-        return -1;
-    }
-    if (x[0] != -x[1]) {
-        PyObject *shape = PyTuple_New(v->ndim);
-        for (int d = 0; shape && d < v->ndim; d++)
-            PyTuple_SET_ITEM(shape, d, PyLong_FromSsize_t(v->shape[d]));
-        mt_set_error(MT_EMISMATCH, "");
-        PyErr_Format(st->errors[-MT_EMISMATCH - 1], "%s: the ranks passed arrays of the same "
-                     "size but different shapes (this rank: %R)", what, shape);
-        Py_XDECREF(shape);
-        return -1;
-    }
-    return 0;
+    int nd = v->ndim < 8 ? v->ndim : 8;
+    for (int d = 0; d < nd; d++)
+        dims[d] = (size_t)v->shape[d];
+    for (int d = 8; d < v->ndim; d++)
+        dims[7] *= (size_t)v->shape[d];
+    return nd;
 }
 
 static int get_buffer(PyObject *obj, Py_buffer *v, int writable, const char *what)
@@ -367,6 +487,47 @@ static int get_buffer(PyObject *obj, Py_buffer *v, int writable, const char *wha
     return -1;
 }
 
+/* This rank's Python error (set) carried into a collective's agreement, so that every
+ * rank raises (this one its own exception, the others PeerError quoting it) and no rank
+ * returns alone while the others wait for it. Returns NULL. */
+static PyObject *fail_everywhere(mt_context *c)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *txt = value ? PyObject_Str(value) : NULL;
+    const char *u = txt ? PyUnicode_AsUTF8(txt) : NULL;
+    if (!u)
+        PyErr_Clear();
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s: %s", type ? ((PyTypeObject *)type)->tp_name : "error",
+             u ? u : "?");
+    Py_XDECREF(txt);
+    mt_set_error(MT_EINVAL, msg);
+    Py_BEGIN_ALLOW_THREADS
+    mt_allreduce_nd(c, NULL, MT_ND_FAIL, NULL, MT_F32, MT_SUM);
+    Py_END_ALLOW_THREADS
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
+/* fail_collective(exception): Collective. The Python layer's own argument check failed on
+ * this rank: fail the collective the others are in with its text (nothing outside a
+ * fit). */
+static PyObject *py_fail_collective(PyObject *module, PyObject *exc)
+{
+    mt_py_state *st = state(module);
+    mt_context *c = mt_py_context(st, "fail_collective");
+    if (!c) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    fail_everywhere(c);
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
 /* allreduce(buffer, op): Collective, in place. */
 static PyObject *py_allreduce(PyObject *module, PyObject *args)
 {
@@ -375,23 +536,29 @@ static PyObject *py_allreduce(PyObject *module, PyObject *args)
     int op;
     if (!PyArg_ParseTuple(args, "Oi:allreduce", &obj, &op))
         return NULL;
-    if (op < MT_SUM || op > MT_MAX)
-        return PyErr_Format(PyExc_ValueError, "allreduce: unknown op %d", op);
     mt_context *c = mt_py_context(st, "allreduce");
-    Py_buffer v;
-    if (!c || get_buffer(obj, &v, 1, "allreduce"))
+    if (!c)
         return NULL;
+    if (op < MT_SUM || op > MT_MAX) {
+        PyErr_Format(PyExc_ValueError, "allreduce: unknown op %d", op);
+        return fail_everywhere(c);
+    }
+    Py_buffer v;
+    if (get_buffer(obj, &v, 1, "allreduce"))
+        return fail_everywhere(c);
     mt_dtype t = mt_py_dtype_of(&v, "allreduce");
     PyObject *out = NULL;
-    if (t && !agree_shape(st, c, &v, "allreduce")) {
+    if (!t)
+        fail_everywhere(c);
+    else {
         int rc;
-        size_t n = (size_t)(v.len / v.itemsize);
+        size_t dims[8];
+        int nd = shape_of(&v, dims);
         Py_BEGIN_ALLOW_THREADS
-        rc = mt_allreduce(c, v.buf, n, t, (mt_op)op);
+        rc = mt_allreduce_nd(c, v.buf, nd, dims, t, (mt_op)op);
         Py_END_ALLOW_THREADS
         out = rc ? mt_py_raise(st, rc) : Py_NewRef(obj);
     }
-    (void)op_names;
     PyBuffer_Release(&v);
     return out;
 }
@@ -406,14 +573,20 @@ static PyObject *py_broadcast(PyObject *module, PyObject *args)
         return NULL;
     mt_context *c = mt_py_context(st, "broadcast");
     Py_buffer v;
-    if (!c || get_buffer(obj, &v, 1, "broadcast"))
+    if (!c)
         return NULL;
+    if (get_buffer(obj, &v, 1, "broadcast"))
+        return fail_everywhere(c);
     mt_dtype t = mt_py_dtype_of(&v, "broadcast");
     PyObject *out = NULL;
-    if (t && !agree_shape(st, c, &v, "broadcast")) {
+    if (!t)
+        fail_everywhere(c);
+    else {
         int rc;
+        size_t dims[8];
+        int nd = shape_of(&v, dims);
         Py_BEGIN_ALLOW_THREADS
-        rc = mt_broadcast(c, v.buf, (size_t)(v.len / v.itemsize), t, root);
+        rc = mt_broadcast_nd(c, v.buf, nd, dims, t, root);
         Py_END_ALLOW_THREADS
         out = rc ? mt_py_raise(st, rc) : Py_NewRef(obj);
     }
@@ -430,27 +603,32 @@ static PyObject *py_allgather(PyObject *module, PyObject *args)
         return NULL;
     mt_context *c = mt_py_context(st, "allgather");
     Py_buffer s, r;
-    if (!c || get_buffer(send, &s, 0, "allgather"))
+    if (!c)
         return NULL;
+    if (get_buffer(send, &s, 0, "allgather"))
+        return fail_everywhere(c);
     if (get_buffer(recv, &r, 1, "allgather (out)")) {
         PyBuffer_Release(&s);
-        return NULL;
+        return fail_everywhere(c);
     }
     PyObject *out = NULL;
     mt_dtype t = mt_py_dtype_of(&s, "allgather"), tr = t ? mt_py_dtype_of(&r, "allgather") : 0;
-    size_t n = (size_t)(s.len / (s.itemsize ? s.itemsize : 1));
     if (t && tr && tr != t)
         PyErr_SetString(PyExc_TypeError, "allgather: out has another element type than the input");
     else if (t && tr && (size_t)r.len != (size_t)s.len * (size_t)mt_world_size(c))
         PyErr_Format(PyExc_ValueError, "allgather: out holds %zd bytes, needs world_size (%d) x "
                      "%zd", r.len, mt_world_size(c), s.len);
-    else if (t && tr && !agree_shape(st, c, &s, "allgather")) {
+    else if (t && tr) {
         int rc;
+        size_t dims[8];
+        int nd = shape_of(&s, dims);
         Py_BEGIN_ALLOW_THREADS
-        rc = mt_allgather(c, s.buf, r.buf, n, t);
+        rc = mt_allgather_nd(c, s.buf, r.buf, nd, dims, t);
         Py_END_ALLOW_THREADS
         out = rc ? mt_py_raise(st, rc) : Py_NewRef(recv);
     }
+    if (!out && !(t && tr && tr == t && (size_t)r.len == (size_t)s.len * (size_t)mt_world_size(c)))
+        fail_everywhere(c); /* this rank's own argument error, not the collective's */
     PyBuffer_Release(&s);
     PyBuffer_Release(&r);
     return out;
@@ -471,11 +649,108 @@ static PyObject *py_barrier(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------- the C baseline */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* _c_bench(kind, iters, buf=None, out=None): Collective. The C library's own path for
+ * benchmarks/python_bench.py, timed in this process between the Python layer's own runs:
+ * "allreduce" (sum), "broadcast" (root 0), "allgather" (buf into out): iters calls of
+ * the plain C call on buf's memory after one mt_barrier, the seconds of all of them;
+ * "report": iters mt_report calls of 8 numeric metrics (as mpitrain-bench's), each after
+ * an mt_barrier, the list of each call's seconds. The GIL is released throughout. */
+static PyObject *py_c_bench(PyObject *module, PyObject *args)
+{
+    mt_py_state *st = state(module);
+    const char *kind;
+    int iters;
+    PyObject *obj = Py_None, *outobj = Py_None;
+    if (!PyArg_ParseTuple(args, "si|OO:_c_bench", &kind, &iters, &obj, &outobj))
+        return NULL;
+    mt_context *c = mt_py_context(st, "_c_bench");
+    if (!c)
+        return NULL;
+    if (iters < 1)
+        return PyErr_Format(PyExc_ValueError, "_c_bench: iters must be >= 1");
+    int rc = 0;
+    if (!strcmp(kind, "report")) {
+        double *t = calloc((size_t)iters, sizeof *t);
+        mt_metrics *m = mt_metrics_new();
+        static const char *keys[8] = {"loss", "acc", "lr", "grad_norm", "samples_per_s",
+                                      "data_s", "compute_s", "comm_s"};
+        if (!t || !m) {
+            free(t);
+            mt_metrics_free(&m);
+            return PyErr_NoMemory();
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (int i = 0; i < iters && !rc; i++) {
+            for (int k = 0; k < 8; k++)
+                mt_metrics_set_f64(m, keys[k], i * 0.001 + k);
+            rc = mt_barrier(c);
+            double t0 = now_s();
+            if (!rc)
+                rc = mt_report(c, m, NULL);
+            t[i] = now_s() - t0;
+        }
+        Py_END_ALLOW_THREADS
+        mt_metrics_free(&m);
+        PyObject *list = rc ? NULL : PyList_New(iters);
+        for (int i = 0; list && i < iters; i++)
+            PyList_SET_ITEM(list, i, PyFloat_FromDouble(t[i]));
+        free(t);
+        return rc ? mt_py_raise(st, rc) : list;
+    }
+    int gather = !strcmp(kind, "allgather");
+    if (!gather && strcmp(kind, "allreduce") && strcmp(kind, "broadcast"))
+        return PyErr_Format(PyExc_ValueError, "_c_bench: unknown kind \"%s\"", kind);
+    Py_buffer v, r = {0};
+    if (get_buffer(obj, &v, !gather, "_c_bench"))
+        return NULL;
+    if (gather && get_buffer(outobj, &r, 1, "_c_bench (out)")) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    mt_dtype t = mt_py_dtype_of(&v, "_c_bench");
+    if (t && gather && (size_t)r.len != (size_t)v.len * (size_t)mt_world_size(c)) {
+        PyErr_SetString(PyExc_ValueError, "_c_bench: out must hold world_size x buf");
+        t = 0;
+    }
+    size_t n = (size_t)(v.len / (v.itemsize ? v.itemsize : 1));
+    double secs = 0;
+    if (t) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = mt_barrier(c);
+        double t0 = now_s();
+        for (int i = 0; i < iters && !rc; i++)
+            rc = gather ? mt_allgather(c, v.buf, r.buf, n, t)
+                 : kind[0] == 'a' ? mt_allreduce(c, v.buf, n, t, MT_SUM)
+                                  : mt_broadcast(c, v.buf, n, t, 0);
+        secs = now_s() - t0;
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&v);
+    if (gather)
+        PyBuffer_Release(&r);
+    if (!t)
+        return NULL;
+    return rc ? mt_py_raise(st, rc) : PyFloat_FromDouble(secs);
+}
+
 PyMethodDef mt_py_report_methods[] = {
     {"report", py_report, METH_VARARGS, "report(metrics, spec) (collective)."},
     {"allreduce", py_allreduce, METH_VARARGS, "allreduce(buffer, op) in place (collective)."},
     {"broadcast", py_broadcast, METH_VARARGS, "broadcast(buffer, root) in place (collective)."},
     {"allgather", py_allgather, METH_VARARGS, "allgather(send, recv) (collective)."},
     {"barrier", py_barrier, METH_NOARGS, "barrier() (collective)."},
+    {"fail_collective", py_fail_collective, METH_O, "fail_collective(exception): this rank's "
+                                                    "argument error, to every rank (collective)."},
+    {"_c_bench", py_c_bench, METH_VARARGS, "_c_bench(kind, iters, buf, out): the C path, "
+                                           "timed (benchmarks; collective)."},
     {NULL, NULL, 0, NULL},
 };

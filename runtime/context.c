@@ -134,6 +134,27 @@ int mt_allgather(mt_context *c, const void *send, void *recv, size_t count, mt_d
     return mt__allgather(c->comm, send, recv, count, t);
 }
 
+int mt_allreduce_nd(mt_context *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                    mt_op op)
+{
+    NEED_CTX("mt_allreduce_nd");
+    return mt__allreduce_nd(c->comm, buf, ndim, dims, t, op);
+}
+
+int mt_broadcast_nd(mt_context *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                    int root)
+{
+    NEED_CTX("mt_broadcast_nd");
+    return mt__broadcast_nd(c->comm, buf, ndim, dims, t, root);
+}
+
+int mt_allgather_nd(mt_context *c, const void *send, void *recv, int ndim, const size_t *dims,
+                    mt_dtype t)
+{
+    NEED_CTX("mt_allgather_nd");
+    return mt__allgather_nd(c->comm, send, recv, ndim, dims, t);
+}
+
 int mt_barrier(mt_context *c)
 {
     NEED_CTX("mt_barrier");

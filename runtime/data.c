@@ -16,11 +16,23 @@
  *   chose another with mt_shard_set_column_dtype); HDF5 converts during the read. Block
  *   size follows the stored row size (file contiguity), W the in-memory one (memory), and
  *   both stay fixed while the program makes the same calls, so a rerun sees the same order.
+ * - Batch memory can be held (mt_batch_hold_new, for bindings whose views must not dangle):
+ *   every buffer a batch's columns live in (window, gathered rows, converted copy) is
+ *   reference-counted; one that is held when the library is about to write into it is
+ *   left to its holders and replaced by a fresh one. So that the usual loop (the caller
+ *   still holds batch k while asking for batch k+1) never pays that, batch k's memory is
+ *   not written while batch k+1 is made: gathered and converted rows alternate between
+ *   two sets of buffers, the read-ahead into the buffer of the window just left starts at
+ *   the second batch of the next window, and an epoch's window 0 goes into a buffer that
+ *   is not held when one of the two is free.
  */
 #include "runtime.h"
 #include "../io/io.h"
 
 #include <pthread.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +42,64 @@ struct mt_batch {
     mt_shard *s;
     size_t rows;
     size_t first;           /* first row inside the window */
-    void **gathered;        /* per column: rows gathered through the permutation */
+    int set;                /* which of the two sets of gathered / converted buffers */
+    void **gathered;        /* per set and column: rows gathered through the permutation */
     bool *have_gathered;
-    void **conv;            /* per column and dtype (5 each): converted copies */
+    void **conv;            /* per set, column and dtype (5 each): converted copies */
     bool *have_conv;
+    void **given;           /* the buffers mt_batch_column returned for this batch */
+    int ngiven;
+};
+
+/* ------------------------------------------------------------ held buffers
+ *
+ * A buffer: a header with its holders' count (the shard is one) in front of the bytes. */
+typedef struct {
+    alignas(max_align_t) atomic_int refs;
+    size_t bytes;
+} rb_head;
+
+#define RB_HEAD(p) ((rb_head *)((char *)(p) - sizeof(rb_head)))
+
+static void *rb_alloc(size_t bytes)
+{
+    rb_head *h = malloc(sizeof *h + (bytes ? bytes : 1));
+    if (!h)
+        return NULL;
+    atomic_init(&h->refs, 1);
+    h->bytes = bytes;
+    return (char *)h + sizeof *h;
+}
+
+static void rb_unref(void *p)
+{
+    if (p && atomic_fetch_sub_explicit(&RB_HEAD(p)->refs, 1, memory_order_acq_rel) == 1)
+        free(RB_HEAD(p));
+}
+
+static void rb_ref(void *p)
+{
+    atomic_fetch_add_explicit(&RB_HEAD(p)->refs, 1, memory_order_relaxed);
+}
+
+/* Before the shard writes into *p: a buffer someone holds is left to them and replaced
+ * by a fresh one of the same size. */
+static int rb_own(void **p)
+{
+    if (!*p || atomic_load_explicit(&RB_HEAD(*p)->refs, memory_order_acquire) == 1)
+        return MT_OK;
+    void *fresh = rb_alloc(RB_HEAD(*p)->bytes);
+    if (!fresh)
+        return mt__error(MT_ENOMEM, "out of memory replacing a held batch buffer (%zu bytes)",
+                         RB_HEAD(*p)->bytes);
+    rb_unref(*p);
+    *p = fresh;
+    return MT_OK;
+}
+
+struct mt_batch_hold {
+    int n;
+    void *bufs[];
 };
 
 typedef struct {
@@ -74,6 +140,7 @@ struct mt_shard {
     /* read-ahead */
     bool readahead;         /* worth a thread: this rank has a CPU to spare */
     bool ahead_running;
+    int64_t ahead_next;     /* 1 + the window to read ahead at the window's second batch; 0: none */
     pthread_t ahead;
     struct ahead_job {
         mt_shard *s;
@@ -142,7 +209,8 @@ static int read_window(mt_shard *s, window *w, int64_t k)
     for (int i = 0; i < n; i++)
         w->rows += runs[i].count;
     for (int c = 0; c < s->g->ncols && !rc; c++)
-        rc = mt__h5group_read(s->g, c, runs, n, s->mem[c], w->cols[c]);
+        if (!(rc = rb_own(&w->cols[c])))
+            rc = mt__h5group_read(s->g, c, runs, n, s->mem[c], w->cols[c]);
     free(runs);
     w->index = k;
     w->rc = rc;
@@ -169,6 +237,7 @@ static void join_ahead(mt_shard *s)
 static void start_ahead(mt_shard *s, int64_t k)
 {
     window *w = &s->win[1 - s->cur];
+    s->ahead_next = 0;
     if (k >= s->nwindows)
         return;
     if (s->g->collective || !s->readahead) { /* collective MPI-IO: every rank's main
@@ -189,22 +258,24 @@ static void free_windows(mt_shard *s)
     for (int i = 0; i < 2; i++) {
         if (s->win[i].cols)
             for (int c = 0; c < s->g->ncols; c++)
-                free(s->win[i].cols[c]);
+                rb_unref(s->win[i].cols[c]);
         free(s->win[i].cols);
         s->win[i].cols = NULL;
     }
     mt_batch *b = &s->batch;
     if (b->gathered)
-        for (int c = 0; c < s->g->ncols; c++)
-            free(b->gathered[c]);
+        for (int c = 0; c < 2 * s->g->ncols; c++)
+            rb_unref(b->gathered[c]);
     if (b->conv)
-        for (int c = 0; c < s->g->ncols * 5; c++)
-            free(b->conv[c]);
+        for (int c = 0; c < 2 * s->g->ncols * 5; c++)
+            rb_unref(b->conv[c]);
     free(b->gathered);
     free(b->have_gathered);
     free(b->conv);
     free(b->have_conv);
+    free(b->given);
     memset(b, 0, sizeof *b);
+    s->ahead_next = 0;
     free(s->perm);
     s->perm = NULL;
     s->alloc_W = s->alloc_bs = 0;
@@ -236,27 +307,45 @@ static int alloc_windows(mt_shard *s)
                 return mt__error(MT_ENOMEM, "a window of %s (%lld rows of column %s) is larger "
                                  "than memory can address", s->name, (long long)s->W,
                                  col->name);
-            if (!(s->win[i].cols[c] = malloc(bytes ? bytes : 1)))
+            if (!(s->win[i].cols[c] = rb_alloc(bytes)))
                 return mt__error(MT_ENOMEM, "out of memory for a window of %s (%zu bytes)",
                                  s->name, bytes);
         }
     }
     mt_batch *b = &s->batch;
     b->s = s;
-    b->gathered = calloc((size_t)nc, sizeof(void *));
-    b->have_gathered = calloc((size_t)nc, sizeof(bool));
-    b->conv = calloc((size_t)nc * 5, sizeof(void *));
-    b->have_conv = calloc((size_t)nc * 5, sizeof(bool));
+    b->gathered = calloc((size_t)nc * 2, sizeof(void *));
+    b->have_gathered = calloc((size_t)nc * 2, sizeof(bool));
+    b->conv = calloc((size_t)nc * 2 * 5, sizeof(void *));
+    b->have_conv = calloc((size_t)nc * 2 * 5, sizeof(bool));
+    b->given = calloc((size_t)nc * 6, sizeof(void *));
     s->perm = malloc((size_t)s->W * sizeof *s->perm);
-    if (!b->gathered || !b->have_gathered || !b->conv || !b->have_conv || !s->perm)
+    if (!b->gathered || !b->have_gathered || !b->conv || !b->have_conv || !b->given || !s->perm)
         return mt__error(MT_ENOMEM, "out of memory for batches of %s", s->name);
     return MT_OK;
 }
 
-/* Make window k current: wait for its read-ahead, start the next one, shuffle its order. */
+static bool window_held(const mt_shard *s, const window *w)
+{
+    for (int c = 0; w->cols && c < s->g->ncols; c++)
+        if (w->cols[c] && atomic_load(&RB_HEAD(w->cols[c])->refs) > 1)
+            return true;
+    return false;
+}
+
+/* Make window k current: wait for its read-ahead, shuffle its order; the next one's
+ * read-ahead starts at this window's second batch (mt_shard_next), so that the buffer it
+ * goes into, the window just left, is not written while the caller still has that
+ * window's last batch. */
 static int enter_window(mt_shard *s, int64_t k)
 {
     if (k == 0) {
+        if (!s->kept && s->alloc_sets == 2 && window_held(s, &s->win[0]) &&
+            !window_held(s, &s->win[1])) { /* the buffer nobody holds takes window 0 */
+            window t = s->win[0];
+            s->win[0] = s->win[1];
+            s->win[1] = t;
+        }
         s->cur = 0;
         if (!s->kept && read_window(s, &s->win[0], 0))
             return s->win[0].rc;
@@ -264,6 +353,8 @@ static int enter_window(mt_shard *s, int64_t k)
          * read once and kept */
         s->kept = s->nwindows == 1 && (!s->split || !s->opt.shuffle);
     } else {
+        if (s->ahead_next) /* a one-batch window: its read-ahead never started */
+            start_ahead(s, s->ahead_next - 1);
         join_ahead(s);
         s->cur = 1 - s->cur;
         if (s->win[s->cur].rc) {
@@ -271,7 +362,7 @@ static int enter_window(mt_shard *s, int64_t k)
             return s->win[s->cur].rc;
         }
     }
-    start_ahead(s, k + 1);
+    s->ahead_next = k + 2;
     window *w = &s->win[s->cur];
     for (int64_t i = 0; i < w->rows; i++)
         s->perm[i] = (uint32_t)i;
@@ -646,13 +737,18 @@ int mt_shard_next(mt_shard *s, const mt_batch **out)
         if (rc)
             return rc;
         w = &s->win[s->cur];
+    } else if (s->ahead_next && s->next_row > 0) {
+        start_ahead(s, s->ahead_next - 1);
     }
     mt_batch *b = &s->batch;
     int64_t left = w->rows - s->next_row;
+    int nc = s->g->ncols;
     b->first = (size_t)s->next_row;
     b->rows = (size_t)(left < s->bs ? left : s->bs);
-    memset(b->have_gathered, 0, (size_t)s->g->ncols * sizeof(bool));
-    memset(b->have_conv, 0, (size_t)s->g->ncols * 5 * sizeof(bool));
+    b->set ^= 1; /* batch k-1's set: batch k's stays as it is */
+    b->ngiven = 0;
+    memset(b->have_gathered + b->set * nc, 0, (size_t)nc * sizeof(bool));
+    memset(b->have_conv + b->set * nc * 5, 0, (size_t)nc * 5 * sizeof(bool));
     s->next_row += (int64_t)b->rows;
     s->batches_left--;
     *out = b;
@@ -690,33 +786,73 @@ const void *mt_batch_column(const mt_batch *cb, const char *column, mt_dtype as)
     const mt__column *col = &s->g->cols[c];
     mt_dtype have = s->mem[c];
     size_t es = mt_dtype_size(have), re = col->row_elems;
-    const char *src = (const char *)s->win[s->cur].cols[c] + b->first * re * es;
+    void *buf = s->win[s->cur].cols[c];
+    const char *src = (const char *)buf + b->first * re * es;
+    int g = b->set * s->g->ncols + c;
     if (s->opt.shuffle) {
-        if (!b->have_gathered[c]) {
-            if (!b->gathered[c] &&
-                !(b->gathered[c] = malloc((size_t)s->bs * re * es + 1))) {
+        if (!b->have_gathered[g]) {
+            if (rb_own(&b->gathered[g]))
+                return NULL;
+            if (!b->gathered[g] && !(b->gathered[g] = rb_alloc((size_t)s->bs * re * es))) {
                 mt__error(MT_ENOMEM, "out of memory for a batch of %s", s->name);
                 return NULL;
             }
             const char *base = s->win[s->cur].cols[c];
             for (size_t r = 0; r < b->rows; r++)
-                memcpy((char *)b->gathered[c] + r * re * es,
+                memcpy((char *)b->gathered[g] + r * re * es,
                        base + (size_t)s->perm[b->first + r] * re * es, re * es);
-            b->have_gathered[c] = true;
+            b->have_gathered[g] = true;
         }
-        src = b->gathered[c];
+        src = buf = b->gathered[g];
     }
-    if (as == have)
-        return src;
-    int k = c * 5 + ((int)as - 1);
-    if (!b->have_conv[k]) {
-        if (!b->conv[k] &&
-            !(b->conv[k] = malloc((size_t)s->bs * re * mt_dtype_size(as) + 1))) {
-            mt__error(MT_ENOMEM, "out of memory converting a batch of %s", s->name);
-            return NULL;
+    if (as != have) {
+        int k = g * 5 + ((int)as - 1);
+        if (!b->have_conv[k]) {
+            if (rb_own(&b->conv[k]))
+                return NULL;
+            if (!b->conv[k] &&
+                !(b->conv[k] = rb_alloc((size_t)s->bs * re * mt_dtype_size(as)))) {
+                mt__error(MT_ENOMEM, "out of memory converting a batch of %s", s->name);
+                return NULL;
+            }
+            mt__convert(b->conv[k], as, src, have, b->rows * re);
+            b->have_conv[k] = true;
         }
-        mt__convert(b->conv[k], as, src, have, b->rows * re);
-        b->have_conv[k] = true;
+        src = buf = b->conv[k];
     }
-    return b->conv[k];
+    int i = 0;
+    while (i < b->ngiven && b->given[i] != buf)
+        i++;
+    if (i == b->ngiven && i < s->g->ncols * 6)
+        b->given[b->ngiven++] = buf;
+    return src;
+}
+
+mt_batch_hold *mt_batch_hold_new(const mt_batch *b)
+{
+    if (!b || !mt__live(b, MT__LIVE_BATCH)) {
+        mt__error(MT_EINVAL, "mt_batch_hold_new: %s", b ? "not a live batch" : "batch is NULL");
+        return NULL;
+    }
+    mt_batch_hold *h = malloc(sizeof *h + (size_t)b->ngiven * sizeof(void *));
+    if (!h) {
+        mt__error(MT_ENOMEM, "mt_batch_hold_new: out of memory");
+        return NULL;
+    }
+    h->n = b->ngiven;
+    for (int i = 0; i < h->n; i++) {
+        h->bufs[i] = b->given[i];
+        rb_ref(h->bufs[i]);
+    }
+    return h;
+}
+
+void mt_batch_hold_free(mt_batch_hold **h)
+{
+    if (!h || !*h)
+        return;
+    for (int i = 0; i < (*h)->n; i++)
+        rb_unref((*h)->bufs[i]);
+    free(*h);
+    *h = NULL;
 }

@@ -126,9 +126,11 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
     MT__TRACE("report", "report");
     if (!mt__ctx_ok(c, "mt_report"))
         return MT_EINVAL;
+    /* an asynchronous commit in flight: a report with a checkpoint waits for it, and a
+     * failed one is this report's error on every rank (checkpoint_async.c) */
+    int status = mt__checkpoint_settle(c, ck != NULL);
     /* a reserved key would replace an automatic one in the row: every rank's error */
-    int status = mt__metrics_check_user(m);
-    if (status)
+    if (!status && (status = mt__metrics_check_user(m)))
         c->no_retry = true;
     if (!status)
         status = check_score_attribute(c, m);

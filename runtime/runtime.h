@@ -268,6 +268,8 @@ struct mt_context {
     char *ck_buf;                 /* rank 0's checkpoint staging buffer, kept across commits:
                                      fresh pages cost a fault each, on some machines more
                                      than the copy itself */
+    struct mt__ck_async *ck_async; /* asynchronous commits: the thread's communicator, the
+                                     staging memory, the commit in flight (checkpoint_async.c) */
     int nshards;
     int world_size, world_rank;
     mt__topology topo;
@@ -331,7 +333,15 @@ void mt__context_set_current(mt_context *c);
 
 /* Close every shard the context opened (collective: HDF5 closes files collectively). */
 void mt__shards_close(mt_context *c);
-void mt__checkpoint_release(mt_context *c); /* the staging buffer */
+/* Waits for an asynchronous commit in flight first; then frees the staging buffers and
+ * the commit thread's communicator (every rank, at the end of fit). */
+void mt__checkpoint_release(mt_context *c);
+/* Local. An asynchronous commit in flight (run.checkpoint.async_commit): with wait, waits
+ * for it (the stall watchdog sees the wait), else only looks whether it ended; a commit
+ * that ended in failure is returned once (its message recorded), else MT_OK. Called by
+ * mt_report before its agreement (waiting when it carries a checkpoint) and at the end of
+ * each attempt, so the failure becomes every rank's at that agreement. */
+int mt__checkpoint_settle(mt_context *c, bool wait);
 
 /* Local. Every environment knob parses and is in range; MT_EINVAL listing the bad ones. */
 int mt__env_validate(void);

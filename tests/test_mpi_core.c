@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 /* The rank that fails in "only one rank fails" tests: 1, or 0 when alone. */
@@ -164,7 +165,11 @@ static void test_cpus_per_worker(void)
     char err[2048];
     MT_ASSERT_INT_EQ(fit_with(must_not_run, NULL, cfg, err, sizeof err), MT_EINVAL);
     MT_ASSERT_STR_CONTAINS(err, "scaling.cpus_per_worker is 100000 but rank 0 may use");
+#ifdef OPEN_MPI
     MT_ASSERT_STR_CONTAINS(err, "--map-by slot:PE=100000 --bind-to core");
+#else
+    MT_ASSERT_STR_CONTAINS(err, "mpiexec -bind-to core:100000");
+#endif
     cfg.scaling.cpus_per_worker = 1;
     MT_ASSERT_INT_EQ(fit_with(probe_context, &(ctx_probe){0}, cfg, NULL, 0), MT_OK);
 }
@@ -266,6 +271,64 @@ static void test_agree_different_collectives(void)
     MT_ASSERT_INT_EQ(mt__allreduce(c, buf, 4, c->rank ? MT_F32 : MT_F64, MT_SUM), MT_EMISMATCH);
     /* and afterwards collectives work again */
     MT_ASSERT_INT_EQ(mt__allreduce(c, buf, 4, MT_F64, MT_SUM), MT_OK);
+    mt__comm_destroy(&c);
+}
+
+/* The _nd calls: the shape is agreed in the call's one agreement. */
+static void test_nd_shapes(void)
+{
+    mt__comm *c = test_comm();
+    double buf[6] = {1, 2, 3, 4, 5, 6};
+    size_t a[2] = {2, 3}, b[2] = {3, 2}, six = 6;
+    /* same shape, and a 1-d array agreeing with the plain call of its count */
+    MT_ASSERT_INT_EQ(mt__allreduce_nd(c, buf, 2, a, MT_F64, MT_SUM), MT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(buf[5], 6.0 * c->size, 0);
+    int rc = c->rank == 1 ? mt__allreduce_nd(c, buf, 1, &six, MT_F64, MT_MAX)
+                          : mt__allreduce(c, buf, 6, MT_F64, MT_MAX);
+    MT_ASSERT_INT_EQ(rc, MT_OK);
+    MT_ASSERT_INT_EQ(mt__allreduce_nd(c, buf, 0, NULL, MT_F64, MT_MAX), MT_OK); /* one element */
+    if (mt_test_size() >= 2) {
+        /* (3, 2) on rank 1 only: every rank names both shapes */
+        rc = mt__allreduce_nd(c, buf, 2, c->rank == 1 ? b : a, MT_F64, MT_SUM);
+        MT_ASSERT_INT_EQ(rc, MT_EMISMATCH);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 0 called allreduce(count=6, f64, sum, "
+                                                "shape=(2, 3))");
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 1 called allreduce(count=6, f64, sum, "
+                                                "shape=(3, 2))");
+        assert_same_everywhere(mt_last_error());
+        rc = mt__broadcast_nd(c, buf, c->rank == 1 ? 1 : 2, c->rank == 1 ? &six : a, MT_F64, 0);
+        MT_ASSERT_INT_EQ(rc, MT_EMISMATCH);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "broadcast(count=6, f64, root=0, shape=(2, 3))");
+        double out[6 * 16];
+        if (c->size <= 16) {
+            rc = mt__allgather_nd(c, buf, out, 2, c->rank == 1 ? b : a, MT_F64);
+            MT_ASSERT_INT_EQ(rc, MT_EMISMATCH);
+            MT_ASSERT_STR_CONTAINS(mt_last_error(), "allgather(count=6, f64, shape=(3, 2))");
+        }
+    }
+    /* a bad shape on one rank: that rank's MT_EINVAL, the others' MT_EPEER */
+    size_t huge[3] = {SIZE_MAX, 4, 1}, fine[3] = {2, 3, 1};
+    rc = mt__allreduce_nd(c, buf, c->rank == victim() ? 9 : 2, a, MT_F64, MT_SUM);
+    MT_ASSERT_INT_EQ(rc, c->rank == victim() ? MT_EINVAL : MT_EPEER);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_allreduce_nd: 9 dimensions (0 to 8)");
+    double got[6 * 16];
+    if (c->size <= 16) {
+        rc = mt__allgather_nd(c, buf, got, 3, c->rank == victim() ? huge : fine, MT_F64);
+        MT_ASSERT_INT_EQ(rc, c->rank == victim() ? MT_EINVAL : MT_EPEER);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), "mt_allgather_nd: the shape's element count "
+                                                "overflows");
+    }
+    /* MT_ND_FAIL: the victim's own message reaches every rank, whatever the others call */
+    if (c->rank == victim()) {
+        mt_set_error(MT_EINVAL, "allreduce: needs a writable array (binding)");
+        rc = mt__allreduce_nd(c, NULL, MT_ND_FAIL, NULL, MT_F32, MT_SUM);
+    } else {
+        rc = mt__broadcast_nd(c, buf, 2, a, MT_F64, 0);
+    }
+    MT_ASSERT_INT_EQ(rc, c->rank == victim() ? MT_EINVAL : MT_EPEER);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "needs a writable array (binding)");
+    /* and afterwards collectives work again */
+    MT_ASSERT_INT_EQ(mt__allreduce_nd(c, buf, 2, a, MT_F64, MT_SUM), MT_OK);
     mt__comm_destroy(&c);
 }
 
@@ -752,6 +815,7 @@ static const mt_test tests[] = {
     {"agree_only_rank1_fails", test_agree_only_rank1_fails},
     {"agree_all_fail_lowest_wins", test_agree_all_fail_lowest_wins},
     {"agree_different_collectives", test_agree_different_collectives},
+    {"nd_shapes", test_nd_shapes},
     {"small_allreduce_in_the_agreement", test_small_allreduce_in_the_agreement},
     {"fit_one_rank_returns_error", test_fit_one_rank_returns_error},
     {"fit_one_rank_leaves_early", test_fit_one_rank_leaves_early},

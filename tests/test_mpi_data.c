@@ -195,6 +195,75 @@ static void test_once_streaming(void)
     unsetenv("MT_IO_COLLECTIVE");
 }
 
+/* mt_batch_hold_new: held batches keep their rows through later batches, windows,
+ * epochs (shuffled, converted, a new layout) and the fit's end. */
+typedef struct {
+    mt_batch_hold *h[64];
+    const int64_t *id[64];   /* as given (read as i64: converted when hold_arg.wide) */
+    int64_t copy[64][16];    /* what they held when given */
+    size_t rows[64];
+    int n;
+    bool wide;
+} hold_arg;
+
+static int hold_batches(mt_context *c, void *varg)
+{
+    hold_arg *a = varg;
+    mt_shard *s = NULL;
+    int rc = mt_get_dataset_shard(c, "train", &s);
+    if (!rc && a->wide)
+        rc = mt_shard_set_column_dtype(s, "id", MT_F64); /* so the i64 view is a conversion */
+    for (int e = 0; e < 3 && !rc; e++) {
+        mt_iter_options o = {.batch_size = e == 2 ? 16 : 8, .shuffle = e == 1, .seed = 9};
+        rc = mt_shard_begin_epoch(s, e, &o);
+        const mt_batch *b;
+        int k = 0;
+        while (!rc && (rc = mt_shard_next(s, &b)) == 1) {
+            const int64_t *id = mt_batch_column(b, "id", MT_I64);
+            const float *x = mt_batch_column(b, "x", MT_F32);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(x);
+            if (k++ % 5 == 0 && a->n < 64) {
+                a->h[a->n] = mt_batch_hold_new(b);
+                CU_ASSERT_PTR_NOT_NULL(a->h[a->n]);
+                a->id[a->n] = id;
+                a->rows[a->n] = mt_batch_rows(b);
+                memcpy(a->copy[a->n], id, a->rows[a->n] * sizeof *id);
+                a->n++;
+            }
+            rc = 0;
+        }
+        if (rc > 0)
+            rc = 0;
+    }
+    return rc;
+}
+
+static void run_holds(bool wide)
+{
+    hold_arg a = {.wide = wide};
+    mt_test_dataset sets[] = {{"train", mt_test_path("contiguous.h5"), "/train"}};
+    setenv("MT_IO_READAHEAD", "1", 1);
+    MT_ASSERT_INT_EQ(fit_with(hold_batches, &a, sets, 1, (mt_data_config){.memory_limit = 2048},
+                              NULL, 0), MT_OK);
+    unsetenv("MT_IO_READAHEAD");
+    CU_ASSERT(a.n > 10);
+    /* the fit is over, its shard freed: every held batch still has its own ids */
+    for (int i = 0; i < a.n; i++) {
+        CU_ASSERT(memcmp(a.id[i], a.copy[i], a.rows[i] * sizeof(int64_t)) == 0);
+        mt_batch_hold_free(&a.h[i]);
+        CU_ASSERT_PTR_NULL(a.h[i]);
+    }
+    mt_batch_hold_free(NULL);
+    CU_ASSERT_PTR_NULL(mt_batch_hold_new(NULL));
+}
+
+static void test_batch_holds(void)
+{
+    run_holds(false);
+    run_holds(true);
+}
+
 /* Resident memory while streaming a shard four times larger than data.memory_limit:
  * the peak (VmHWM, reset through /proc/self/clear_refs) may grow by two windows (the
  * limit) plus a small constant for HDF5 and MPI-IO, not by the shard. */
@@ -529,6 +598,7 @@ static const mt_test tests[] = {
     {"bad_inputs", test_bad_inputs},
     {"missing_on_one_rank", test_missing_on_one_rank},
     {"misuse", test_misuse},
+    {"batch_holds", test_batch_holds},
     {NULL, NULL},
 };
 

@@ -1,7 +1,8 @@
 """Collectives on numpy arrays and torch CPU tensors, in place, inside a training function.
 
 Every rank calls the same collectives in the same order with arrays of the same size, type
-and shape; otherwise every rank raises ``MismatchError`` naming the calls (never a hang).
+and shape; otherwise every rank raises ``MismatchError`` naming the calls, shapes included
+(never a hang). The shape travels in the call's one agreement: no extra collective.
 The array's memory is used as it is (no copy): it must be C-contiguous. Each call releases
 the GIL while it waits.
 
@@ -33,38 +34,57 @@ def _buffer(a, what):
 
 
 def _op(op):
+    code = _OPS.get(op) if isinstance(op, str) else None  # the common case, first
+    if code is not None:
+        return code
     key = str(op).lower().rsplit(".", 1)[-1]  # "sum", "SUM", ReduceOp.SUM
     if key not in _OPS:
         raise ValueError(f"allreduce: op must be one of sum, mean, min, max (got {op!r})")
     return _OPS[key]
 
 
+def _checked(fn, *args):
+    """fn(*args), or this rank's argument error carried to every rank (the others raise
+    PeerError quoting it, none waits for this one), then raised here."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        _core.fail_collective(e)
+        raise
+
+
 def allreduce(a, op="sum"):
     """Collective. Reduce ``a`` over every rank in place (sum, mean, min or max) and return
     it. ``mean`` of integers truncates."""
-    _core.allreduce(_buffer(a, "allreduce"), _op(op))
+    buf, code = _checked(lambda: (_buffer(a, "allreduce"), _op(op)))
+    _core.allreduce(buf, code)
     return a
 
 
 def broadcast(a, root=0):
     """Collective. Copy rank ``root``'s ``a`` into every rank's ``a`` (in place); returns a."""
-    _core.broadcast(_buffer(a, "broadcast"), int(root))
+    buf, r = _checked(lambda: (_buffer(a, "broadcast"), int(root)))
+    _core.broadcast(buf, r)
     return a
 
 
 def allgather(a, out=None):
     """Collective. Every rank's ``a``, in rank order: ``out`` (shape ``(world_size, *a.shape)``,
     allocated when None) is filled and returned."""
-    send = _buffer(a, "allgather")
-    if out is None:
-        shape = (_core.world_size(),) + tuple(a.shape)
-        if send is a:
-            out = np.empty(shape, dtype=np.asarray(a).dtype)
-        else:  # a torch tensor: a tensor back
-            import torch
+    def prepare(out):
+        send = _buffer(a, "allgather")
+        if out is None:
+            shape = (_core.world_size(),) + tuple(a.shape)
+            if send is a:
+                out = np.empty(shape, dtype=np.asarray(a).dtype)
+            else:  # a torch tensor: a tensor back
+                import torch
 
-            out = torch.empty(shape, dtype=a.dtype)
-    _core.allgather(send, _buffer(out, "allgather (out)"))
+                out = torch.empty(shape, dtype=a.dtype)
+        return send, out, _buffer(out, "allgather (out)")
+
+    send, out, recv = _checked(prepare, out)
+    _core.allgather(send, recv)
     return out
 
 

@@ -71,6 +71,9 @@ def test_config_defaults_are_rays():
      "CheckpointConfig.checkpoint_score_order"),
     (dict(run_config=RunConfig(checkpoint_config=CheckpointConfig(checkpoint_score_attribute=""))),
      "CheckpointConfig.checkpoint_score_attribute"),
+    (dict(run_config=RunConfig(checkpoint_config=CheckpointConfig(
+        checkpoint_async=True, checkpoint_staging_bytes=2**41))),
+     "CheckpointConfig.checkpoint_staging_bytes"),
     (dict(run_config=RunConfig(failure_config=FailureConfig(max_failures=-2))),
      "FailureConfig.max_failures"),
     (dict(run_config=RunConfig(failure_config=FailureConfig(stall_warn_s=10, stall_timeout_s=5))),
@@ -202,9 +205,11 @@ def test_torch_tensors_in_place(store, run_name):
 
 
 @pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
-@pytest.mark.parametrize("kind", ["size", "shape", "type"])
-def test_mismatched_collectives(store, run_name, kind):
-    """Different sizes, shapes or types across ranks: MismatchError on every rank."""
+@pytest.mark.parametrize("call", ["allreduce", "broadcast", "allgather"])
+@pytest.mark.parametrize("kind", ["size", "shape", "ndim", "type"])
+def test_mismatched_collectives(store, run_name, kind, call):
+    """Different sizes, shapes (same count) or types across ranks, only rank 1 differing:
+    MismatchError on every rank, naming both ranks' calls (both shapes)."""
     caught = []
 
     def fn():
@@ -213,18 +218,85 @@ def test_mismatched_collectives(store, run_name, kind):
             a = np.zeros(4 + (r == 1), np.float32)
         elif kind == "shape":
             a = np.zeros((2, 3) if r == 1 else (3, 2), np.float32)
+        elif kind == "ndim":
+            a = np.zeros((2, 3) if r == 1 else 6, np.float32)
         else:
             a = np.zeros(4, np.float64 if r == 1 else np.float32)
         try:
-            mpitrain.allreduce(a)
+            getattr(mpitrain, call)(a)
         except mpitrain.MismatchError as e:
             caught.append(str(e))
+        b = np.arange(6, dtype=np.float32).reshape(2, 3)  # the next call works again
+        mpitrain.allreduce(b)
+        assert b[1, 2] == 5 * WORLD
         train.report({"x": 1})
 
     fit(fn, store, run_name)
     assert len(caught) == 1, caught
+    assert f"rank 0 called {call}(" in caught[0] and f"rank 1 called {call}(" in caught[0]
     if kind == "shape":
-        assert "different shapes" in caught[0]
+        assert "shape=(3, 2)" in caught[0] and "shape=(2, 3)" in caught[0], caught[0]
+    if kind == "ndim":
+        assert "shape=(2, 3)" in caught[0], caught[0]
+
+
+@pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
+@pytest.mark.parametrize("bad", ["float16", "not_contiguous", "read_only", "op", "out_size",
+                                 "not_an_array"])
+def test_bad_collective_argument_on_one_rank(store, run_name, bad):
+    """Rank 1 alone passes a bad argument: its own exception there, a PeerError quoting it
+    on the others (none waits for rank 1, whatever rank 1 does next)."""
+    caught = []
+
+    def fn():
+        r = train.get_context().get_world_rank()
+        a = np.zeros((4, 2), np.float32)
+        call, kw = mpitrain.allreduce, {}
+        if r == 1:
+            if bad == "float16":
+                a = a.astype(np.float16)
+            elif bad == "not_contiguous":
+                a = np.zeros((4, 4), np.float32)[:, ::2]
+            elif bad == "read_only":
+                a.flags.writeable = False
+            elif bad == "op":
+                kw = {"op": "median"}
+            elif bad == "out_size":
+                call, kw = mpitrain.allgather, {"out": np.zeros(3, np.float32)}
+            else:
+                a = "four floats"
+        if bad == "out_size" and r != 1:
+            call = mpitrain.allgather
+        try:
+            call(a, **kw)
+        except Exception as e:
+            caught.append((type(e).__name__, str(e)))
+        train.report({"x": 1})  # every rank goes on together
+
+    r = fit(fn, store, run_name)
+    assert r.error is None and len(caught) == 1, caught
+    name, text = caught[0]
+    if RANK == 1:
+        assert name in ("TypeError", "ValueError"), caught
+    else:
+        assert name == "PeerError" and "rank 1 failed" in text, caught
+
+
+@pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
+def test_collective_shapes_that_agree(store, run_name):
+    """Same shapes agree (0-d, 1-d, n-d, more than 8 dimensions, empty), and a 1-d array
+    of the same count as a plain C call's: no false mismatch."""
+    def fn():
+        for shape in [(), (5,), (2, 3), (1,) * 10 + (2,), (0, 3)]:
+            a = np.ones(shape, np.float64)
+            mpitrain.allreduce(a)
+            assert a.shape == shape and np.all(a == WORLD)
+            mpitrain.broadcast(a, root=1)
+            g = mpitrain.allgather(a)
+            assert g.shape == (WORLD,) + shape
+        train.report({"x": 1})
+
+    fit(fn, store, run_name)
 
 
 # ---------------------------------------------------------------- report, result, checkpoints
@@ -277,9 +349,9 @@ def test_checkpoint_files_arrays_metadata(store, run_name, who, tmp_path):
         d.mkdir()
         (d / "model.txt").write_text(f"rank {r}")
         ck = Checkpoint.from_directory(d)
-        if who == "every":  # arrays need every rank's checkpoint
-            ck.set_array("w", np.arange(6, dtype=np.float32).reshape(2, 3))
-            ck.set_array("rows", np.full((r + 1, 2), r, dtype=np.int64), sharded=True)
+        # every rank's arrays, or rank 0's alone (the others None: Ray's other idiom)
+        ck.set_array("w", np.arange(6, dtype=np.float32).reshape(2, 3) * (r + 1))
+        ck.set_array("rows", np.full((r + 1, 2), r, dtype=np.int64), sharded=True)
         ck.set_metadata({"epoch": 3, "lr": 0.5, "name": "m", "cfg": {"a": [1, 2]}})
         give = who == "every" or r == 0
         train.report({"loss": 0.5}, checkpoint=ck if give else None)
@@ -294,48 +366,102 @@ def test_checkpoint_files_arrays_metadata(store, run_name, who, tmp_path):
             assert open(os.path.join(d, "rank1", "model.txt")).read() == "rank 1"
         if who == "rank0" and WORLD > 1:
             assert not os.path.exists(os.path.join(d, "rank1"))
-    if who == "every":
-        np.testing.assert_array_equal(ck.get_array("w"), np.arange(6).reshape(2, 3))
-        want_rows = np.concatenate([np.full((q + 1, 2), q) for q in range(WORLD)])
-        np.testing.assert_array_equal(ck.get_array("rows"), want_rows)
-        with h5py.File(os.path.join(ck.path, "checkpoint.h5"), "r") as f:  # plain HDF5
-            np.testing.assert_array_equal(f["w"][()], np.arange(6).reshape(2, 3))
-            np.testing.assert_array_equal(f["rows"][()], want_rows)
+    np.testing.assert_array_equal(ck.get_array("w"), np.arange(6).reshape(2, 3))  # rank 0's
+    ranks = range(WORLD) if who == "every" else [0]
+    want_rows = np.concatenate([np.full((q + 1, 2), q) for q in ranks])
+    np.testing.assert_array_equal(ck.get_array("rows"), want_rows)
+    with h5py.File(os.path.join(ck.path, "checkpoint.h5"), "r") as f:  # plain HDF5
+        np.testing.assert_array_equal(f["w"][()], np.arange(6).reshape(2, 3))
+        np.testing.assert_array_equal(f["rows"][()], want_rows)
+        assert f["w"].dtype == np.float32 and f["rows"].dtype == np.int64
     copy = ck.to_directory(str(tmp_path / "copy"))
     assert os.path.exists(os.path.join(copy, "model.txt"))
     assert Checkpoint.from_directory(ck.path).get_metadata()["epoch"] == 3
 
 
 @pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
-def test_arrays_from_only_some_ranks_refused(store, run_name):
-    """Arrays in rank 0's checkpoint and None elsewhere: a MismatchError on every rank
-    saying why, not a mismatch deep in the commit."""
+def test_arrays_from_rank0_alone_restored_everywhere(store, run_name):
+    """Rank 0's arrays with None elsewhere are stored (rank 0's copy; its rows) and a retry
+    restores them on every rank (get_array is collective)."""
+    seen = []
+
+    def fn():
+        r = train.get_context().get_world_rank()
+        ck = train.get_checkpoint()
+        if ck is None:
+            mine = None
+            if r == 0:
+                mine = Checkpoint.from_arrays({"w": np.arange(4.0), "s": np.int64(7)},
+                                              sharded={"rows": np.ones((3, 2), np.float32)},
+                                              metadata={"step": 1})
+            train.report({"x": 1}, checkpoint=mine)
+            raise RuntimeError("fail once")
+        seen.append((ck.get_array("w").tolist(), int(ck.get_array("s")),
+                     ck.get_metadata()["step"]))
+        train.report({"x": 2})
+
+    r = fit(fn, store, run_name, run_config=RunConfig(failure_config=FailureConfig(max_failures=1)))
+    assert r.error is None and r.attempts == 2
+    assert seen == [([0.0, 1.0, 2.0, 3.0], 7, 1)]
+    np.testing.assert_array_equal(r.checkpoint.get_array("rows"), np.ones((3, 2)))
+
+
+@pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
+@pytest.mark.parametrize("case", ["rank1_only", "different_counts"])
+def test_arrays_that_cannot_agree_fail_every_rank(store, run_name, case):
+    """Arrays from rank 1 alone (rank 0 none), or ranks with different arrays: the same
+    kind of error on every rank saying why, and the next report works."""
     caught = []
 
     def fn():
         r = train.get_context().get_world_rank()
-        ck = Checkpoint.from_arrays({"w": np.zeros(3)}) if r == 0 else None
+        if case == "rank1_only":
+            ck = Checkpoint.from_arrays({"w": np.zeros(3)}) if r == 1 else None
+        else:
+            ck = Checkpoint.from_arrays({f"a{i}": np.zeros(2) for i in range(1 + (r == 1))})
         try:
             train.report({"x": 1}, checkpoint=ck)
-        except mpitrain.MismatchError as e:
-            caught.append(str(e))
+        except mpitrain.MpitrainError as e:
+            caught.append((type(e).__name__, str(e)))
         train.report({"x": 2})
 
-    fit(fn, store, run_name)
-    assert len(caught) == 1 and "different numbers of arrays" in caught[0], caught
+    r = fit(fn, store, run_name)
+    assert r.error is None and r.checkpoint is None
+    assert len(caught) == 1, caught
+    if case == "rank1_only":
+        assert caught[0][0] == "InvalidArgumentError" and "rank 0's holds none" in caught[0][1]
+    else:
+        assert caught[0][0] == "MismatchError" and "different numbers of arrays" in caught[0][1]
 
 
-def test_checkpoint_subfolder_refused_on_every_rank(store, run_name, tmp_path):
+@pytest.mark.parametrize("who", [0, 1])
+def test_checkpoint_subfolder_refused_on_every_rank(store, run_name, tmp_path, who):
+    """A subfolder in one rank's checkpoint folder (rank 0's or rank 1's alone): that rank's
+    ValueError, a PeerError on the others, both naming the folder and the subfolder."""
+    if who >= WORLD:
+        pytest.skip("needs 2 ranks")
+    caught = []
+
     def fn():
         r = train.get_context().get_world_rank()
         d = tmp_path / f"c{r}"
-        (d / "sub").mkdir(parents=True)
-        ck = Checkpoint.from_directory(d if r == 0 else tmp_path / "empty")
-        (tmp_path / "empty").mkdir(exist_ok=True)
-        train.report({"x": 1}, checkpoint=ck)
+        d.mkdir()
+        (d / "model.txt").write_text("m")
+        if r == who:
+            (d / "sub").mkdir()
+        try:
+            train.report({"x": 1}, checkpoint=Checkpoint.from_directory(d))
+        except (ValueError, mpitrain.PeerError) as e:
+            caught.append((type(e).__name__, str(e)))
+        train.report({"x": 2})
 
-    with pytest.raises(TrainingFailedError, match="subfolder 'sub'"):
-        fit(fn, store, run_name)
+    r = fit(fn, store, run_name)
+    assert r.checkpoint is None and len(caught) == 1, caught
+    name, text = caught[0]
+    assert name == ("ValueError" if RANK == who else "PeerError"), caught
+    assert "subfolder 'sub'" in text and f"c{who}" in text, text
+    if RANK != who:
+        assert f"rank {who} failed" in text
 
 
 def test_best_checkpoints(store, run_name):
@@ -443,6 +569,46 @@ def test_dataset_shard(store, run_name, data):
     assert seen["dropped"] == (per // 300) * 300
     assert seen["dt"] == (np.float64, np.float16, False, True)  # converted in C; copied
     assert seen["test_rows"] == 100  # not split: whole on every rank
+
+
+@pytest.mark.parametrize("mode", ["plain", "shuffle", "convert", "torch"])
+def test_batch_views_outlive_batch_epoch_and_fit(store, run_name, data, mode):
+    """Views kept past the next batch, the next window (the shard streamed in windows), the
+    next epoch and the end of the fit still read their own rows: never another batch's
+    rows, never freed memory."""
+    torch = pytest.importorskip("torch") if mode == "torch" else None
+    kept = []
+
+    def check():
+        for x, y, y0 in kept:
+            if torch is not None and isinstance(x, torch.Tensor):
+                x, y = x.numpy(), y.numpy()
+            np.testing.assert_array_equal(y, y0)
+            np.testing.assert_array_equal(x[:, 0], y0.astype(x.dtype))
+
+    def fn():
+        s = train.get_dataset_shard("train")
+        kw = dict(batch_size=10, shuffle=mode == "shuffle", seed=3,
+                  dtypes={"x": np.float64, "y": np.int32} if mode == "convert" else None)
+        it = s.iter_torch_batches if mode == "torch" else s.iter_batches
+        for epoch in range(2):
+            for i, b in enumerate(it(**kw)):
+                if i % 7 == 0:
+                    y0 = b["y"].numpy() if torch is not None else b["y"]
+                    kept.append((b["x"], b["y"], np.array(y0)))  # the view and a copy
+                check()
+        held = next(iter(s.iter_batches(batch_size=10)))  # an epoch left unfinished
+        kept.append((held["x"], held["y"], held["y"].copy()))
+        for b in s.iter_batches(batch_size=20):  # a new layout: the buffers are made again
+            pass
+        check()
+        train.report({"x": 1})
+
+    # 25 bytes a row: windows of 50 rows, so 10 windows an epoch and the read-ahead runs
+    fit(fn, store, run_name, datasets={"train": data},
+        dataset_config=DataConfig(memory_limit=25 * 100))
+    assert len(kept) > 10
+    check()  # the fit is over and its shard freed: the views still hold their rows
 
 
 def test_iter_torch_batches(store, run_name, data):

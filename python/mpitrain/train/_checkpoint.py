@@ -14,7 +14,9 @@ others None):
 
 The folder's files are copied into the run's checkpoint folder when report commits: rank
 0's as they are named, rank r's as rank<r>/NAME. Only files at the top of the folder are
-stored (the library's rule); a subfolder is a ValueError naming it.
+stored (the library's rule); a subfolder is a ValueError naming it (a PeerError quoting it
+on the other ranks). Arrays come from every rank (the same arrays) or from rank 0 alone
+(the others None): then rank 0's are stored, a sharded one with rank 0's rows.
 
 Restoring: train.get_checkpoint() inside the function (the latest, on a retry or resume),
 Result.checkpoint, Result.best_checkpoints, or Checkpoint.from_directory(path) of a

@@ -10,8 +10,9 @@ Each iter_batches call is the next epoch (a new shuffle, the same on every rank,
 every rank gets the same number of batches. Batches are views of the library's memory
 (read-only numpy arrays, no copy) when the column is read as one of uint8, int32, int64,
 float32 or float64 (the stored type, or one given in ``dtypes``), and copies for other
-dtypes. A view is valid until the next batch is drawn and never after fit() returns: copy
-what you keep (``x.copy()``).
+dtypes. A view keeps its rows while it lives (past the next batch, epoch and fit: the
+library reads what comes next into other memory); a batch kept past the next one keeps
+its buffers (up to a window of the shard) until its arrays go.
 """
 from typing import Dict, Iterator, Optional, Union
 
@@ -87,8 +88,8 @@ class DataIterator:
                      drop_last: bool = False, dtypes=None, batch_format: str = "numpy",
                      prefetch_batches: int = 1, local_shuffle_buffer_size: Optional[int] = None,
                      local_shuffle_seed: Optional[int] = None) -> Iterator[Dict[str, np.ndarray]]:
-        """One epoch of batches: dicts of column name -> numpy array (views valid until the
-        next batch). Collective at its start (every rank iterates)."""
+        """One epoch of batches: dicts of column name -> numpy array (read-only views that
+        keep their rows while they live). Collective at its start (every rank iterates)."""
         if batch_format not in ("numpy", "default"):
             raise ValueError(f"iter_batches: batch_format {batch_format!r} is not supported "
                              f"(numpy)")
@@ -119,8 +120,8 @@ class DataIterator:
     def iter_torch_batches(self, *, batch_size: int = 256, shuffle: bool = False,
                            seed: int = 0, drop_last: bool = False, dtypes=None,
                            device: str = "cpu", **kw) -> Iterator[dict]:
-        """iter_batches with torch tensors (sharing the batch's memory on the CPU: valid
-        until the next batch, read-only by contract)."""
+        """iter_batches with torch tensors (sharing the batch's memory on the CPU, which
+        they keep while they live; read-only by contract)."""
         import warnings
 
         import torch
