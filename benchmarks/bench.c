@@ -33,8 +33,8 @@ static const suite suites[] = {
      "backward compute (8 layers x 2 MiB) with mt_fusion_ready vs compute then reduce", NULL},
     {"shard", bench_shard, "a 1 GiB dataset's shards read through parallel HDF5 vs raw pread, warm cache",
      "a 256 MiB dataset's shards read through parallel HDF5 vs raw pread, warm cache", NULL},
-    {"report", bench_report, "2000 mt_report calls with 8 numeric metrics vs raw MPI_Gather of the same bytes",
-     "300 mt_report calls with 8 numeric metrics vs raw MPI_Gather of the same bytes", NULL},
+    {"report", bench_report, "2000 mt_report calls with 8 numeric metrics vs raw MPI_Gather, MPI_Reduce and the floor of the same work",
+     "300 mt_report calls with 8 numeric metrics vs raw MPI_Gather, MPI_Reduce and the floor of the same work", NULL},
     {"checkpoint", bench_checkpoint, "sharded checkpoint commit of 16 MiB to 1 GiB vs one process write+fsync",
      "sharded checkpoint commit of 16 to 256 MiB vs one process write+fsync", bench_checkpoint_sizes},
     {"train", bench_train, "MLP training steps (global batch 128), averaged serially, per layer and in row "
@@ -259,7 +259,7 @@ static void usage(FILE *out)
                  "--name or --storage-path (or MT_NAME, MT_STORAGE_PATH) it is kept there instead,\n"
                  "as a new run: a name that exists is refused, and that run is left as it was.\n\n",
             EXIT_BUDGET_MISSED);
-    const mt_trainer_config shown = {.run = {.name = "mpitrain-bench",
+    const mt_trainer_config shown = {.run = {.name = "mpitrain-bench_<date>_<time>",
                                              .storage_path = "the private folder, removed at exit"}};
     mt_config_help_only(out, &shown, lib_options);
 }
@@ -425,6 +425,11 @@ int main(int argc, char **argv)
     b.tmpdir = scratch;
     if (!keep_run)
         cfg.run.storage_path = scratch;
+    char name[256];
+    if (keep_run && cfg.run.name == default_name) { /* a storage path only: a new run there */
+        scratch_run_name("mpitrain-bench", cfg.run.storage_path, name, sizeof name);
+        cfg.run.name = name;
+    }
     time_t now = time(NULL);
     struct tm utc;
     strftime(b.date, sizeof b.date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &utc));
@@ -433,6 +438,8 @@ int main(int argc, char **argv)
     for (char *h = b.host; *h; h++) /* a JSON string as printed */
         if (*h == '"' || *h == '\\' || (unsigned char)*h < 0x20)
             *h = '?';
+    if (bench_size_wanted(&b, (size_t)256 << 20)) /* the asynchronous part's checkpoint */
+        b.ck_async_bytes = (size_t)256 << 20;
     if (!rc) {
         mt_trainer *t = NULL;
         mt_result *res = NULL;
@@ -444,6 +451,29 @@ int main(int argc, char **argv)
                                       "bench-shuffle"};
         for (size_t i = 0; i < sizeof names / sizeof *names && !rc; i++)
             rc = mt_trainer_add_dataset(t, names[i], shard_file, "/train");
+        if (!rc)
+            rc = mt_trainer_fit(t, &res);
+        if (rc && rank == 0)
+            fprintf(stderr, "mpitrain-bench: %s\n",
+                    res && mt_result_error(res) ? mt_result_error(res) : mt_last_error());
+        mt_result_free(&res);
+        mt_trainer_destroy(&t);
+    }
+    /* the checkpoint suite's asynchronous part: a fit of its own, asynchronous commits on */
+    int ck_suite = 0;
+    while (ck_suite < NSUITES && strcmp(suites[ck_suite].name, "checkpoint"))
+        ck_suite++;
+    if (!rc && ck_suite < NSUITES && p.selected[ck_suite] && b.ck_async_bytes) {
+        mt_trainer *t = NULL;
+        mt_result *res = NULL;
+        char name2[300];
+        snprintf(name2, sizeof name2, "%s-async", cfg.run.name);
+        mt_trainer_config cfg2 = cfg;
+        cfg2.run.name = name2;
+        cfg2.run.checkpoint.async_commit = true;
+        bench_say(&b, "\n== checkpoint (asynchronous commits): the training stall and a "
+                      "training loop (%d ranks, %s)\n", world, b.quick ? "quick" : "full");
+        rc = mt_trainer_create(&t, bench_checkpoint_async, &b, &cfg2);
         if (!rc)
             rc = mt_trainer_fit(t, &res);
         if (rc && rank == 0)

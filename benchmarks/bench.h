@@ -25,6 +25,8 @@ typedef struct {
     char budget_json[256];    /* bench_budget's answer */
     size_t sizes[16];         /* --sizes: the only byte counts the allreduce and checkpoint */
     int nsizes;               /* suites measure (0: all of theirs) */
+    double ck_sync_s;         /* the checkpoint suite's commit of ck_async_bytes (median s) */
+    size_t ck_async_bytes;    /* what the asynchronous part commits (0: not measured) */
 } bench;
 
 double bench_now(void);
@@ -62,6 +64,9 @@ int bench_overlap(bench *b);
 int bench_shard(bench *b);
 int bench_report(bench *b);
 int bench_checkpoint(bench *b);
+/* The checkpoint suite's asynchronous part, in a fit of its own with
+ * run.checkpoint.async_commit on (mpitrain-bench runs it after the first fit). */
+int bench_checkpoint_async(mt_context *ctx, void *arg);
 int bench_train(bench *b);
 
 #endif

@@ -6,7 +6,7 @@
  * three ways of averaging:
  *   serial   one bucket, reduced in mt_fusion_wait after the backward pass (no overlap);
  *   layers   a bucket per layer, each handed over when backward has produced it;
- *   blocks   the trainer's way across nodes (on one node it runs serial: mlp_overlap):
+ *   blocks   the trainer's way with MT_OVERLAP=1 (by default it runs serial: mlp_overlap):
  *            the first layer's weight gradient (85% of the bytes, and
  *            produced last) in MLP_W0_BLOCKS row blocks, a bucket each, so only the last
  *            block is left for the wait.
@@ -204,7 +204,7 @@ static const char *env_or(const char *name, const char *dflt)
     return v && *v ? v : dflt;
 }
 
-/* The variant the trainer runs (mlp_overlap): row blocks across nodes, serial on one. */
+/* The variant the trainer runs (mlp_overlap): serial, or row blocks with MT_OVERLAP=1. */
 static int trainer_way(bench *b)
 {
     return mlp_overlap(b->ctx) ? NVARIANTS - 1 : 0;

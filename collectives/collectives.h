@@ -25,6 +25,7 @@
     XX(REPORT, "report")                                                      \
     XX(REPORT_DONE, "report-commit")                                          \
     XX(CKPT_GET, "checkpoint-get")                                            \
+    XX(CKPT_WAIT, "checkpoint-wait")                                          \
     XX(EPOCH, "begin-epoch")                                                  \
     XX(INTERNAL, "internal")                                                  \
     XX(TEST, "test")
@@ -108,6 +109,41 @@ int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who
                   int64_t *values, int nvalues);
 
 /*
+ * A payload that travels in the agreement's own message and is combined there (agree.c,
+ * combine.c): the data of a small allreduce (MT__PAY_REDUCE: count elements of dtype,
+ * reduced by op) or a report's statistics (MT__PAY_STATS: count quads {min, max, sum, n}).
+ * At most MT__AGREE_PAYLOAD bytes. Every rank in the same call passes the same
+ * description; buf is this rank's contribution (read only when its status is OK) and
+ * receives the combined result when the agreement is OK (untouched otherwise).
+ */
+#define MT__AGREE_PAYLOAD 192
+/* The agreement's point-to-point messages on a mt__comm (agree.c); no other message there
+ * uses it. */
+#define MT__TAG_AGREE 7100
+enum { MT__PAY_NONE = 0, MT__PAY_REDUCE, MT__PAY_STATS };
+typedef struct {
+    int kind, dtype, op;
+    size_t count;
+    void *buf;
+} mt__payload;
+/* Its size in bytes (SIZE_MAX for a description no frame holds). */
+size_t mt__payload_bytes(const mt__payload *p);
+/* mt__agree_max, with p combined across ranks in the same message (p may be NULL). */
+int mt__agree_carry(mt__comm *c, const mt__call *call, int status, mt__winner *who,
+                    int64_t *values, int nvalues, mt__payload *p);
+
+/* The combining rules (combine.c): b[i] = a[i] op b[i] for n elements of dtype (op
+ * MT_SUM and MT_MEAN sum); the statistics' quads; a rank's quad for a value (present:
+ * the rank has the key as a number). */
+void mt__combine_reduce(const void *a, void *b, size_t n, int dtype, int op);
+void mt__combine_stats(const double *a, double *b, size_t keys);
+void mt__stats_fill(double *quad, bool present, double v);
+/* Collective over c: the statistics' quads (keys of them) combined over ranks into rank
+ * 0's quads (one MPI_Reduce; other ranks' quads are left as they were). Called only
+ * after an OK agreement on the keys. */
+int mt__reduce_stats(mt__comm *c, double *quads, size_t keys);
+
+/*
  * The agreement of a set-up step over any communicator (collective over comm), for steps
  * before a mt__comm exists: local work that can fail on one rank (an allocation) comes
  * first, then this, and only then the set-up's own collectives (MPI_Comm_dup...), so no
@@ -141,6 +177,10 @@ int mt__allgather_nd(mt__comm *c, const void *send, void *recv, int ndim, const 
 int mt__barrier(mt__comm *c);
 /* Test hook: split data collectives into chunks of n elements (0 = INT_MAX). */
 void mt__set_chunk_elems(size_t n);
+/* Test hook: the largest allreduce (bytes) whose data travels in its agreement's message
+ * (default and at most MT__AGREE_PAYLOAD; 0: always a separate data step). Every rank
+ * must set the same. */
+void mt__set_fold_bytes(size_t n);
 
 /* Where this rank sits (collective over c). */
 typedef struct {
@@ -152,13 +192,23 @@ int mt__topology_get(mt__comm *c, mt__topology *out);
  * caller frees it) in *node, or MPI_COMM_NULL on an error. */
 int mt__topology_node(mt__comm *c, mt__topology *out, MPI_Comm *node);
 
+/* Where this rank waits, for the stall watchdog (position.c): in the data movement of the
+ * call last agreed, or for what it started (the runtime waiting for its checkpoint
+ * commit's thread). A thread that called mt__watch_quiet moves data on a communicator of
+ * its own while this rank goes on (that commit thread): its waits are not where this rank
+ * is, and are not recorded. */
+void mt__watch_data(void);
+void mt__watch_leave(void);
+void mt__watch_quiet(void);
+
 /* Byte movement inside an agreed collective (stream.c). */
 int mt__gather_bytes(mt__comm *c, const void *send, size_t len, char **all, size_t **lens);
-/* The same when every rank knows the largest len (one collective instead of two). */
-int mt__gather_bytes_max(mt__comm *c, const void *send, size_t len, size_t max_len, char **all,
-                         size_t **lens);
 int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root);
 int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t chunk);
+/* One piece of a stream (at most INT_MAX bytes) started, and its wait (off the CPU after a
+ * short spin, as mt__stream_send waits): the sender works on while the piece moves. */
+int mt__stream_isend(mt__comm *c, int to, const void *data, size_t len, MPI_Request *r);
+int mt__stream_wait(mt__comm *c, MPI_Request *r);
 /* Rank 0 tells every other rank it is done (mt__stream_done); the others wait for that
  * without holding a CPU (mt__stream_await), so they do not spin while rank 0 writes. */
 int mt__stream_done(mt__comm *c);

@@ -199,8 +199,19 @@ int mt__wire_allreduce(mt__wire *w, MPI_Comm comm, mt_compression k, float *data
  * (across nodes): in pieces of 32 KiB, a window of MPI_Iallreduce in flight; else
  * MPI_Allreduce in chunks of mt__fusion_chunk(). The same bits on every rank. */
 int mt__wire_sum(MPI_Comm comm, float *data, size_t n, bool piped);
-/* Called by the fusion's own thread as it starts: with MT_FUSION_SLEEP=1 its waits across
- * nodes sleep between polls (fusion_wire.c says why, and why it is not the default). */
+/* Local. Called by the fusion's own thread as it starts: its waits across nodes may sleep
+ * between polls (fusion_wire.c says why, how long, and where by default; MT_FUSION_SLEEP=0
+ * or 1 decides instead); other threads wait in MPI_Wait. _done: this thread waits in
+ * MPI_Wait again (tests). */
 void mt__wire_thread_sleeps(void);
+void mt__wire_thread_done(void);
+/* Local: the backend whose network step this thread runs next (its default wait). */
+typedef enum { MT__WIRE_FLAT = 0, MT__WIRE_HIER } mt__wire_path;
+void mt__wire_set_path(mt__wire_path p);
+/* Local: completes *r, by MPI_Wait, or on a thread that sleeps by polls and sleeps that
+ * grow with the wait; an MPI error code. */
+int mt__wire_wait(MPI_Request *r);
+/* Local: the polls this thread's sleeping waits have made (for tests). */
+uint64_t mt__wire_polls(void);
 
 #endif

@@ -105,6 +105,7 @@ static int leaders_step(hier_state *s, float *res, size_t m)
 {
     if (s->leaders == MPI_COMM_NULL)
         return MT_OK;
+    mt__wire_set_path(MT__WIRE_HIER);
     if (s->compression)
         return mt__wire_allreduce(&s->wire, s->leaders, s->compression, res, m,
                                   1.0f / (float)s->world);

@@ -51,6 +51,7 @@ static int mpi_reduce(void *state, const mt__fbucket *b, const mt__ftensor *t)
     if (b->buf)
         mt__fusion_gather(b, t, 0, b->elems, b->buf);
     float *data = b->buf ? b->buf : b->base;
+    mt__wire_set_path(MT__WIRE_FLAT);
     if (s->compression) { /* averaged on the way: written back as it is */
         rc = mt__wire_allreduce(&s->wire, s->data, s->compression, data, b->elems, scale);
         scale = 1.0f;

@@ -111,38 +111,81 @@ float mt__wire_to_f32(mt_compression k, uint16_t h)
 enum { MSG_BYTES = 32768, WINDOW = 16 };
 
 /* With MT_FUSION_SLEEP=1, across nodes, a piece's wait on the fusion's own thread polls
- * MPI_Test and sleeps in between (from 2 us, doubling, at most 16 us; the thread's timer
- * slack set to 1 ns, or Linux would round each sleep up to 50 us) where MPI_Wait would
- * spin: Open MPI's wait loop polls, and with mpi_yield_when_idle yields, on the core whose
- * rank is computing the rest of the backward pass. The caller's thread, which in
- * mt_fusion_wait has nothing else to do, waits in MPI_Wait. Measured across 2 emulated
- * nodes (quick train suite, per-rank samples/s with row blocks, unshaped / 1 Gbit/s link,
- * 2x1 and 2x2; quiet machine): MPI_Wait 14714-15103 / 5752-6886 and 5161-6337 / 4002-4026;
- * sleeping at most 16 us with 1 ns slack 27012-27541 / 8100-8102 and 6534-6550 /
- * 3855-3912. It is not the default: with it, tests/cluster_linkdown.sh's job (2 nodes x 2
- * ranks, one CPU a node) stalled early in a fusion wait, a rank of the second node silent
- * for 5 s before any link went down; the default waits in MPI_Wait. */
-static _Thread_local bool thread_sleeps;
+ * MPI_Test and sleeps in between where MPI_Wait would spin: Open MPI's wait loop polls,
+ * and with mpi_yield_when_idle yields, on the core whose rank is computing the rest of
+ * the backward pass. The caller's thread, which in mt_fusion_wait has nothing else to do,
+ * waits in MPI_Wait. The thread's timer slack is 1 ns, or Linux would round each short
+ * sleep up to 50 us.
+ *
+ * Each sleep is an eighth of the time this wait has taken so far, at least 2 us and at
+ * most 1 ms: a piece that arrives soon is seen soon, a wait overshoots its message by at
+ * most an eighth (or 1 ms), and a wait of T costs about 8 ln(T / 16 us) + T / 1 ms polls,
+ * not T / 16 us. The sleeps once went from 2 us doubling to at most 16 us whatever the
+ * wait, and that stalled the whole machine: every poll is a timer interrupt, which on a
+ * virtual machine (here Firecracker: KVM) is an exit to the hypervisor; with 4 ranks'
+ * threads waiting for a slow piece the guest spent 80% of both CPUs in the kernel (local
+ * timer interrupts 58,000/s against 4,700/s, context switches 230,000/s against 57,000/s),
+ * the network's receive work (softirqs, run by ksoftirqd when deferred) nearly stopped
+ * (216 NET_RX in 3.4 s against about 270 in 0.2 s), so the pieces the threads polled for
+ * did not arrive and they kept polling: every process on the machine, the stall watchdog
+ * too, went without a CPU for 1 to 7 s (tests/cluster_linkdown.sh's job: "a rank silent
+ * for 5 s"). The polls a wait may make now fall as it lasts, so that livelock cannot
+ * sustain itself. mt__wire_polls counts them (test_mpi_fusion's sleeping_wait_backs_off
+ * holds a wait for a second and bounds them). */
+/* Which wait wins is measured per path (benchmarks/cluster_bench.sh, docs/benchmarks.md:
+ * per-rank samples/s of the train suite at 2 nodes x 1 rank, flat, and 2 x 2, hier, the
+ * same run for both waits); MT_FUSION_SLEEP=0 or 1 decides instead. On one node the
+ * fusion's thread makes no MPI wait (shared memory and its barrier). */
+static const bool SLEEPS_BY_DEFAULT[2] = {[MT__WIRE_FLAT] = false, [MT__WIRE_HIER] = false};
+static _Thread_local enum { NOT_FUSION = 0, KNOB_ON, KNOB_OFF, BY_PATH } thread_mode;
+static _Thread_local mt__wire_path thread_path;
+static _Thread_local uint64_t thread_polls;
+enum { POLL_MIN_NS = 2000, POLL_MAX_NS = 1000000, POLL_SHARE = 8 };
 
 void mt__wire_thread_sleeps(void)
 {
-    thread_sleeps = mt__env_knob_bool("MT_FUSION_SLEEP", false);
-    if (thread_sleeps)
+    const char *knob = getenv("MT_FUSION_SLEEP");
+    thread_mode = !knob ? BY_PATH : mt__env_knob_bool("MT_FUSION_SLEEP", false) ? KNOB_ON
+                                                                                : KNOB_OFF;
+    if (thread_mode != KNOB_OFF)
         prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 }
 
-static int wait_piece(MPI_Request *r)
+void mt__wire_thread_done(void)
 {
-    if (!thread_sleeps)
+    thread_mode = NOT_FUSION;
+}
+
+void mt__wire_set_path(mt__wire_path p)
+{
+    thread_path = p;
+}
+
+static bool thread_sleeps(void)
+{
+    return thread_mode == KNOB_ON || (thread_mode == BY_PATH && SLEEPS_BY_DEFAULT[thread_path]);
+}
+
+uint64_t mt__wire_polls(void)
+{
+    return thread_polls;
+}
+
+int mt__wire_wait(MPI_Request *r)
+{
+    if (!thread_sleeps())
         return MPI_Wait(r, MPI_STATUS_IGNORE);
-    long ns = 2000;
+    MT__TRACE("fusion", "wire_wait");
+    double t0 = mt__now();
     for (;;) {
         int done = 0, e = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+        thread_polls++;
         if (e != MPI_SUCCESS || done)
             return e;
-        struct timespec ts = {0, ns};
+        double ns = (mt__now() - t0) * 1e9 / POLL_SHARE;
+        ns = ns < POLL_MIN_NS ? POLL_MIN_NS : ns > POLL_MAX_NS ? POLL_MAX_NS : ns;
+        struct timespec ts = {0, (long)ns};
         nanosleep(&ts, NULL);
-        ns = ns < 16000 ? 2 * ns : ns;
     }
 }
 
@@ -246,13 +289,13 @@ int mt__wire_allreduce(mt__wire *w, MPI_Comm comm, mt_compression k, float *data
         }
         for (int i = 0; i < used; i++) {
             size_t seg = (len[i] + P - 1) / P;
-            MT__MPI(wait_piece(&a[i]), out);
+            MT__MPI(mt__wire_wait(&a[i]), out);
             sum_segment(k, slot_at(w, i, 1), seg, w->size, scale, slot_at(w, i, 3));
             MT__MPI(MPI_Iallgather(slot_at(w, i, 3), (int)seg, MPI_UINT16_T, slot_at(w, i, 2),
                                    (int)seg, MPI_UINT16_T, comm, &g[i]), out);
         }
         for (int i = 0; i < used; i++) {
-            MT__MPI(wait_piece(&g[i]), out);
+            MT__MPI(mt__wire_wait(&g[i]), out);
             decode(k, slot_at(w, i, 2), data + at[i], len[i]);
         }
     }
@@ -278,7 +321,7 @@ int mt__wire_sum(MPI_Comm comm, float *data, size_t n, bool piped)
             MT__MPI(MPI_Iallreduce(MPI_IN_PLACE, data + off, (int)m, MPI_FLOAT, MPI_SUM, comm,
                                    &r[posted % WINDOW]), out);
         }
-        MT__MPI(wait_piece(&r[done % WINDOW]), out);
+        MT__MPI(mt__wire_wait(&r[done % WINDOW]), out);
     }
 out:
     return rc;

@@ -5,7 +5,8 @@
  * movement after one) under a mutex held only for the copy; the watchdog thread
  * (watchdog.c) reads it to publish. It depends on nothing but the call's description
  * (call.c), so the agreement and the watchdog that calls the agreement do not depend on
- * each other.
+ * each other. A thread marked quiet (the checkpoint commit's, on its own communicator
+ * while training goes on) records nothing: its waits are not where the rank is.
  */
 #include "position.h"
 
@@ -19,8 +20,17 @@ static struct {
     mt__call call;
 } here = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+static _Thread_local bool quiet; /* this thread's waits are not this rank's position */
+
+void mt__watch_quiet(void)
+{
+    quiet = true;
+}
+
 void mt__watch_enter(const mt__call *call, uint64_t seq)
 {
+    if (quiet)
+        return;
     pthread_mutex_lock(&here.lock);
     here.call = *call;
     here.seq = seq;
@@ -31,6 +41,8 @@ void mt__watch_enter(const mt__call *call, uint64_t seq)
 
 void mt__watch_data(void)
 {
+    if (quiet)
+        return;
     pthread_mutex_lock(&here.lock);
     here.entered = mt__now();
     here.waiting = MT__W_DATA;
@@ -39,6 +51,8 @@ void mt__watch_data(void)
 
 void mt__watch_leave(void)
 {
+    if (quiet)
+        return;
     pthread_mutex_lock(&here.lock);
     here.waiting = MT__W_NONE;
     here.left = mt__now();

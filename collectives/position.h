@@ -14,9 +14,7 @@ enum { MT__W_NONE = 0, MT__W_AGREE = 1, MT__W_DATA = 2 };
 
 /* This rank waits for its peers in agreement number seq, of this call. */
 void mt__watch_enter(const mt__call *call, uint64_t seq);
-/* This rank waits for its peers in the data movement of the call last agreed. */
-void mt__watch_data(void);
-void mt__watch_leave(void);
+/* mt__watch_data, mt__watch_leave and mt__watch_quiet: collectives.h. */
 
 typedef struct {
     int waiting;          /* MT__W_NONE, MT__W_AGREE or MT__W_DATA */

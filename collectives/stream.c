@@ -1,7 +1,6 @@
 /*
  * stream.c -- moving variable amounts of bytes: gathering every rank's bytes to rank 0
- * (mt_report's encoded metrics through mt__gather_bytes_max, a checkpoint's file lists
- * through mt__gather_bytes), broadcasting a buffer of any size, and bounded point-to-point
+ * (a checkpoint's file lists through mt__gather_bytes), broadcasting a buffer of any size, and bounded point-to-point
  * streams that carry a large array to or from rank 0 in chunks, so rank 0 never holds
  * more than its buffers of another rank's data (one, or two that it alternates between so
  * that it can write one piece while the next arrives).
@@ -84,51 +83,6 @@ out:
     return rc;
 }
 
-int mt__gather_bytes_max(mt__comm *c, const void *send, size_t len, size_t max_len, char **all,
-                         size_t **lens)
-{
-    int rc = MT_OK;
-    size_t block = 8 + max_len;
-    char *mine = malloc(block), *buf = NULL;
-    if (c->rank == 0) {
-        buf = malloc(block * (size_t)c->size);
-        *lens = calloc((size_t)c->size, sizeof **lens);
-    }
-    if (!mine || (c->rank == 0 && (!buf || !*lens)))
-        rc = mt__error(MT_ENOMEM, "out of memory gathering %zu bytes", block);
-    if ((rc = buffers_agreed(c, rc))) {
-        free(mine);
-        if (c->rank == 0) {
-            free(buf), free(*lens);
-            *all = NULL, *lens = NULL;
-        }
-        return rc;
-    }
-    uint64_t ml = len; /* each block: the length, then the bytes */
-    memcpy(mine, &ml, 8);
-    if (len)
-        memcpy(mine + 8, send, len);
-    mt__watch_data();
-    int e = MPI_Gather(mine, (int)block, MPI_BYTE, buf, (int)block, MPI_BYTE, 0, c->comm);
-    mt__watch_leave();
-    if (e != MPI_SUCCESS)
-        rc = mt__mpi_error(e, "MPI_Gather (report)");
-    if (c->rank == 0 && !rc) { /* pack to the front, as mt__gather_bytes does */
-        size_t off = 0;
-        for (int r = 0; r < c->size; r++) {
-            uint64_t l;
-            memcpy(&l, buf + (size_t)r * block, 8);
-            memmove(buf + off, buf + (size_t)r * block + 8, l);
-            (*lens)[r] = l;
-            off += l;
-        }
-    }
-    free(mine);
-    if (c->rank == 0)
-        *all = buf;
-    return rc;
-}
-
 int mt__bcast_bytes(mt__comm *c, void *buf, size_t len, int root)
 {
     int rc = MT_OK;
@@ -173,6 +127,21 @@ int mt__stream_send(mt__comm *c, int to, const void *data, size_t len, size_t ch
             break;
     }
 out:
+    mt__watch_leave();
+    return rc;
+}
+
+int mt__stream_isend(mt__comm *c, int to, const void *data, size_t len, MPI_Request *r)
+{
+    int e = len > INT_MAX ? MPI_ERR_COUNT
+                          : MPI_Isend(data, (int)len, MPI_BYTE, to, TAG_STREAM, c->comm, r);
+    return e == MPI_SUCCESS ? MT_OK : mt__mpi_error(e, "MPI_Isend (stream)");
+}
+
+int mt__stream_wait(mt__comm *c, MPI_Request *r)
+{
+    mt__watch_data();
+    int rc = wait_politely(r);
     mt__watch_leave();
     return rc;
 }

@@ -214,7 +214,9 @@ int mt__check_name(const char *field, const char *name, size_t max)
 /* ------------------------------------------------------------ environment knobs */
 
 const mt__env_knob mt__env_knobs[] = {
+    {"MT_CHECKPOINT_ASYNC", MT__KNOB_BOOL, 0, 1, NULL},
     {"MT_CHECKPOINT_BUFFER", MT__KNOB_BYTES, 8, (uint64_t)1 << 36, NULL},
+    {"MT_CHECKPOINT_STAGING", MT__KNOB_BYTES, 1, (uint64_t)1 << 40, NULL},
     {"MT_FUSION_ALGO", MT__KNOB_WORD, 0, 0, MT__FUSION_ALGO_WORDS},
     {"MT_FUSION_BYTES", MT__KNOB_BYTES, 1, (uint64_t)1 << 34, NULL},
     {"MT_FUSION_COMPRESS", MT__KNOB_WORD, 0, 0, MT__FUSION_COMPRESS_WORDS},

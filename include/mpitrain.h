@@ -121,13 +121,25 @@ typedef struct {
 /* num_to_keep: 0 = keep all.  score_attribute: NULL = keep the newest.
  * score_order: MT_ORDER_MAX (default) or MT_ORDER_MIN.
  * frequency: 0 = only when the training function asks; N = every N reports.
- * at_end: false (default) = no extra checkpoint at the end. */
+ * at_end: false (default) = no extra checkpoint at the end.
+ * async_commit: false = MT_CHECKPOINT_ASYNC (1 turns it on; default off). On: mt_report
+ *   with a checkpoint returns once this rank's part is copied into staging memory; the
+ *   gather to rank 0, the write, the fsync and the commit go on in a library thread (on
+ *   its own communicator) while training continues. One commit at a time: the next
+ *   report with a checkpoint, the end of each attempt and preemption wait for it; a
+ *   failed commit is the error of the next report on every rank. Needs
+ *   MPI_THREAD_MULTIPLE (without it commits stay synchronous). Every rank must agree.
+ * staging_bytes: 0 = MT_CHECKPOINT_STAGING, else 1 GiB: the staging memory a rank holds
+ *   for an asynchronous commit (at least MT_CHECKPOINT_BUFFER, 64 MiB: one piece); a
+ *   part larger than it makes mt_report wait until the rest fits. */
 typedef struct {
     int num_to_keep;
     const char *score_attribute;
     mt_order score_order;
     int frequency;
     bool at_end;
+    bool async_commit;
+    size_t staging_bytes;
 } mt_checkpoint_config;
 
 /* max_failures: 0 (default) = no retry; -1 = unlimited.
@@ -193,7 +205,8 @@ MT_EXTERN int mt_config_validate(const mt_trainer_config *cfg);
  * already in cfg > defaults. Options (both "--opt VALUE" and "--opt=VALUE"):
  *   --name, --storage-path, --num-workers, --cpus-per-worker, --max-failures,
  *   --num-to-keep, --checkpoint-score-attribute, --checkpoint-score-order max|min,
- *   --checkpoint-frequency, --checkpoint-at-end, --overwrite, --resume-from-checkpoint,
+ *   --checkpoint-frequency, --checkpoint-at-end, --checkpoint-async, --checkpoint-staging,
+ *   --overwrite, --resume-from-checkpoint,
  *   --stall-warn, --stall-timeout, --verbose, --trace.
  * Everything else stays in argv, in order, for the program: its own options, --help, and
  * a "--" with what follows it (which the library does not read). A program then takes its
@@ -547,7 +560,9 @@ MT_EXTERN const char *mt_metrics_key(const mt_metrics *m, size_t i);
  * too. Adds training_iteration, iterations_since_restore, timestamp, time_this_iter_s,
  * time_total_s and, with a checkpoint, checkpoint_dir_name. With ck (non-NULL on every
  * rank, or NULL on every rank; one being built: a stored one is MT_EINVAL) the checkpoint
- * is committed before it returns. Returns MT_ESTOP once a stop was requested
+ * is committed before it returns; with run.checkpoint.async_commit, once it is staged
+ * (the commit goes on in a thread; this report first waits for the one in flight, and
+ * any report returns a failed one's error on every rank). Returns MT_ESTOP once a stop was requested
  * (SIGTERM/SIGUSR1) and a checkpoint has been committed since. Bad input found here (a
  * reserved key, a score attribute the first report lacks, a stored checkpoint) fails the
  * attempt without a retry: a retry would fail the same way. */
@@ -594,6 +609,13 @@ MT_EXTERN int mt_checkpoint_set_meta_f64(mt_checkpoint *ck, const char *key, dou
  * '.', checkpoint.h5, rank<N>), and a PATH that is not a readable regular file. Setting
  * a metadata key again replaces its value. */
 MT_EXTERN int mt_checkpoint_add_file(mt_checkpoint *ck, const char *name, const char *path);
+/* Collective over the fit's ranks. Waits until the asynchronous commit in flight
+ * (run.checkpoint.async_commit), if any, has ended on every rank: MT_OK once it is
+ * committed, else its failure on every rank (the failing rank's code, MT_EPEER on the
+ * others; the next report does not repeat it). With synchronous commits, only the
+ * agreement. For a program that must know a checkpoint is durable before it goes on
+ * (the end of fit and every report with a checkpoint wait by themselves). */
+MT_EXTERN int mt_checkpoint_wait(mt_context *c);
 /* Local. The latest checkpoint when the run resumed, else NULL (owned by the context). */
 MT_EXTERN const mt_checkpoint *mt_get_checkpoint(mt_context *c);
 /* Local. A stored array's shape; for a sharded one inside fit, this rank's part. */

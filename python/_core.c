@@ -164,6 +164,8 @@ const char *mt_py_format_of(mt_dtype t)
 
 /* ---------------------------------------------------------------- set-up */
 
+int mt_py_finalized;
+
 static char **saved_argv; /* mt_init keeps pointers into it until mt_finalize */
 static int saved_argc;
 
@@ -221,6 +223,7 @@ static PyObject *py_finalize(PyObject *module, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     rc = mt_finalize();
     Py_END_ALLOW_THREADS
+    mt_py_finalized = 1;
     free_argv();
     if (rc)
         return mt_py_raise(mt_py_state_of(module), rc);
@@ -323,6 +326,14 @@ static int config_from_dict(PyObject *d, mt_trainer_config *cfg, cfg_hold *h)
         }
     }
     cfg->data.memory_limit = mem;
+    PyObject *stagev = PyDict_GetItemString(d, "staging_bytes");
+    if (stagev && stagev != Py_None &&
+        (cfg->run.checkpoint.staging_bytes = PyLong_AsSize_t(stagev)) == (size_t)-1 &&
+        PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "staging_bytes must be a number of bytes >= 0 (got %R)",
+                     stagev);
+        return -1;
+    }
     if (get_int(d, "num_workers", &cfg->scaling.num_workers) ||
         get_int(d, "cpus_per_worker", &cfg->scaling.cpus_per_worker) ||
         get_str(d, "name", &cfg->run.name) || get_str(d, "storage_path", &cfg->run.storage_path) ||
@@ -332,6 +343,7 @@ static int config_from_dict(PyObject *d, mt_trainer_config *cfg, cfg_hold *h)
         get_int(d, "score_order", &order) ||
         get_int(d, "frequency", &cfg->run.checkpoint.frequency) ||
         get_bool(d, "at_end", &cfg->run.checkpoint.at_end) ||
+        get_bool(d, "async_commit", &cfg->run.checkpoint.async_commit) ||
         get_int(d, "max_failures", &cfg->run.failure.max_failures) ||
         get_double(d, "stall_warn_s", &cfg->run.failure.stall_warn_s) ||
         get_double(d, "stall_timeout_s", &cfg->run.failure.stall_timeout_s) ||
@@ -716,7 +728,8 @@ static int core_exec(PyObject *m)
     if (add_type(m, &mt_py_shard_spec, &st->shard_type) ||
         add_type(m, &mt_py_view_spec, &st->view_type) ||
         add_type(m, &mt_py_stored_spec, &st->stored_type) ||
-        add_type(m, &mt_py_result_spec, &st->result_type))
+        add_type(m, &mt_py_result_spec, &st->result_type) ||
+        add_type(m, &mt_py_fusion_spec, &st->fusion_type))
         return -1;
     if (PyModule_AddIntConstant(m, "EXIT_PREEMPTED", MT_EXIT_PREEMPTED) ||
         PyModule_AddIntConstant(m, "EXIT_FAILED", MT_EXIT_FAILED) ||
@@ -741,6 +754,7 @@ static int core_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->view_type);
     Py_VISIT(st->stored_type);
     Py_VISIT(st->result_type);
+    Py_VISIT(st->fusion_type);
     return 0;
 }
 
@@ -755,6 +769,7 @@ static int core_clear(PyObject *m)
     Py_CLEAR(st->view_type);
     Py_CLEAR(st->stored_type);
     Py_CLEAR(st->result_type);
+    Py_CLEAR(st->fusion_type);
     return 0;
 }
 

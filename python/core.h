@@ -24,9 +24,12 @@ typedef struct {
     PyTypeObject *view_type;
     PyTypeObject *stored_type;
     PyTypeObject *result_type;
+    PyTypeObject *fusion_type;
 } mt_py_state;
 
 extern PyModuleDef mt_py_module;
+/* Set once finalize() ran mt_finalize: no MPI call after that (core_fusion.c's dealloc). */
+extern int mt_py_finalized;
 
 /* The module's state, from the module, or from an instance of one of its types. */
 mt_py_state *mt_py_state_of(PyObject *module);
@@ -44,6 +47,8 @@ const char *mt_py_format_of(mt_dtype t);
 
 /* core_data.c, core_report.c, core_ckpt.c: their types and module functions */
 extern PyType_Spec mt_py_shard_spec, mt_py_view_spec, mt_py_stored_spec, mt_py_result_spec;
+/* core_fusion.c: Fusion, the C gradient fusion over one exported block */
+extern PyType_Spec mt_py_fusion_spec;
 extern PyMethodDef mt_py_data_methods[], mt_py_report_methods[], mt_py_ckpt_methods[];
 /* A stored checkpoint object over ck, keeping owner (a Result, or NULL) alive; owned = free
  * ck with the object (mt_checkpoint_open's). */

@@ -75,7 +75,7 @@ const char *mt__ck_where(const mt_checkpoint *ck)
     return ck->kind == MT__CK_STORED ? ck->stored.path : "(not stored)";
 }
 
-static void free_building(mt__ck_building *b)
+void mt__ck_building_free(mt__ck_building *b)
 {
     for (int i = 0; i < b->narrays; i++)
         free(b->arrays[i].name);
@@ -106,7 +106,7 @@ void mt_checkpoint_free(mt_checkpoint **cp)
         return;
     mt__live_remove(ck);
     if (ck->kind == MT__CK_BUILDING)
-        free_building(&ck->build);
+        mt__ck_building_free(&ck->build);
     else
         free_stored(&ck->stored);
     free(ck);

@@ -80,6 +80,63 @@ size_t mt__ck_row_chunk(size_t row_bytes);
  * larger than half the buffer take all of it (one piece at a time). */
 size_t mt__ck_stream_chunk(size_t row_bytes);
 
+/* ------------------------------------------------------------ one commit's work */
+
+/* An asynchronous commit's staging (checkpoint_async.c): the pieces this rank writes or
+ * sends, in the order the commit takes them, copied into one bounded block by the
+ * training thread and taken by the commit thread. */
+typedef struct mt__ck_stage mt__ck_stage;
+/* Commit thread: the next staged piece, which must be n bytes long, once it is staged
+ * (NULL when staging stopped or is out of step: a bug); it stays valid until
+ * mt__ck_stage_release gives the oldest piece taken back. */
+const char *mt__ck_stage_take(mt__ck_stage *s, size_t n);
+void mt__ck_stage_release(mt__ck_stage *s);
+/* MT_OK, or the first failure of the staging itself (a file that could not be read
+ * whole), recorded in this thread. */
+int mt__ck_stage_status(mt__ck_stage *s);
+
+/* Everything a commit needs after its agreement, on every rank: the same whether it runs
+ * inside mt_report or in the commit thread (then every pointer is the thread's own). */
+typedef struct {
+    mt__comm *comm;             /* the report's, or the commit thread's own */
+    const mt__ck_building *ck;  /* what to commit; the arrays' memory only without stage */
+    mt__ck_stage *stage;        /* NULL: the arrays' memory and the files themselves */
+    int64_t *all;               /* rows of each sharded array: rank r's k-th at r * nsh + k */
+    int nsh;
+    char *fdesc;                /* this rank's files: name, NUL, 8-byte size; in order */
+    char *allf;                 /* rank 0: every rank's fdesc, lengths in flens */
+    size_t *flens;
+    int64_t *rows;              /* rank 0: room for one array's rows per rank */
+    char *buf;                  /* rank 0: the staging buffer; others: files' (or NULL) */
+    mt__rundir *run;            /* rank 0 */
+    const mt_checkpoint_config *retention;
+    const mt_metrics *metrics;  /* rank 0: reported with it */
+    int64_t iteration;
+    char name[32];              /* rank 0: checkpoint_NNNNNN */
+    bool pause;                 /* test hook: pause after the first piece */
+    bool snapshot;              /* run.json from a copy (another thread updates run) */
+} mt__ck_job;
+/* The commit after its agreement (checkpoint_commit.c): rank 0 writes, fsyncs and
+ * publishes, the others send their parts; each rank's own status (the report, or the
+ * next one for an asynchronous commit, agrees on them). */
+int mt__ck_commit_body(mt__ck_job *j);
+void mt__ck_job_free(mt__ck_job *j);
+void mt__ck_building_free(mt__ck_building *b);
+
+/* The asynchronous side (checkpoint_async.c), on the training thread. Before the commit's
+ * agreement: whether this commit should be asynchronous here, and everything it will
+ * need allocated (MT_ENOMEM, agreed, when not); after it: start it (the commit thread
+ * takes job's allocations) and stage this rank's part, or drop what was prepared. */
+bool mt__ck_async_wanted(mt_context *c);
+int mt__ck_async_prepare(mt_context *c, const mt__ck_building *ck, const char *fdesc,
+                         const mt_metrics *metrics);
+/* Collective: the commit thread's communicator, made at the first asynchronous commit. */
+int mt__ck_async_comm(mt_context *c);
+int mt__ck_async_start(mt_context *c, mt__ck_job *job, const mt__ck_building *ck);
+void mt__ck_async_drop(mt_context *c);
+/* Waits for a commit in flight, then frees the staging memory and the communicator. */
+void mt__ck_async_free(mt_context *c);
+
 /* A file the checkpoint can copy: a readable regular file (following links); errors
  * are `code`, naming what and name. */
 int mt__ck_check_file(int code, const char *what, const char *name, const char *path);

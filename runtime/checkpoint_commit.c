@@ -25,6 +25,10 @@
  * a rank gets back (names, dtypes, shapes, layouts, row offsets, metadata) is checked too
  * (io/ckpt_index.c); a checkpoint failing any check is skipped with a warning naming the file
  * and what failed, and the previous one is used (checkpoint_restore.c).
+ *
+ * The part after the agreement is one function over an mt__ck_job (checkpoint.h), so that
+ * an asynchronous commit (checkpoint_async.c) runs exactly this protocol in its thread, on
+ * its own communicator, taking the pieces from its staging instead of the caller's memory.
  */
 #include "checkpoint.h"
 
@@ -49,6 +53,7 @@ static char *staging(mt_context *c)
 
 void mt__checkpoint_release(mt_context *c)
 {
+    mt__ck_async_free(c); /* waits for a commit in flight first */
     free(c->ck_buf);
     c->ck_buf = NULL;
 }
@@ -162,32 +167,59 @@ static int drain(const void *piece, size_t n, size_t offset, void *arg)
 }
 
 /* A word a rank sends after its rows or files (its CRC-32, its status). */
-static int recv_word(mt_context *c, int from, uint32_t *word)
+static int recv_word(mt__comm *comm, int from, uint32_t *word)
 {
-    return mt__stream_recv(c->comm, from, sizeof *word, (void *[]){word, word}, sizeof *word,
+    return mt__stream_recv(comm, from, sizeof *word, (void *[]){word, word}, sizeof *word,
                            drain, NULL);
 }
 
-/* Rank 0's own rows: to the writer from the caller's memory, summed meanwhile. */
-static int write_own(writer *w, const mt__ck_array *a, size_t bytes, size_t chunk,
-                     uint32_t *crc)
+/* The next n bytes of what this rank writes or sends: at `direct` (the caller's memory),
+ * or, in an asynchronous commit, the next staged piece (NULL, recorded, when staging is
+ * out of step: a bug). put gives a staged piece back once it is written or sent. */
+static const char *take(mt__ck_job *j, const void *direct, size_t n)
+{
+    if (!j->stage)
+        return direct;
+    const char *p = mt__ck_stage_take(j->stage, n);
+    if (!p)
+        mt__error(MT_EIO, "checkpoint: the staged part ended before a piece of %zu bytes", n);
+    return p;
+}
+
+static void put(mt__ck_job *j)
+{
+    if (j->stage)
+        mt__ck_stage_release(j->stage);
+}
+
+/* Rank 0's own rows: to the writer from the caller's memory, summed meanwhile; from
+ * staging, each piece written before it is given back. */
+static int write_own(mt__ck_job *j, writer *w, const mt__ck_array *a, size_t bytes,
+                     size_t chunk, uint32_t *crc)
 {
     int rc = MT_OK;
-    w->pending = 2; /* nothing to reuse: only the queue's own bound */
+    w->pending = j->stage ? 0 : 2; /* the caller's memory: only the queue's own bound */
     MT__CHUNKS(off, n, bytes, chunk) {
-        if ((rc = write_piece((const char *)a->data + off, n, off, w)))
+        const char *p = take(j, (const char *)a->data + off, n);
+        if (!p || (rc = write_piece(p, n, off, w))) {
+            rc = rc ? rc : MT_EIO;
             break;
-        MT__TRACE("checkpoint", "crc");
-        *crc = mt__crc32(*crc, (const char *)a->data + off, n);
+        }
+        {
+            MT__TRACE("checkpoint", "crc");
+            *crc = mt__crc32(*crc, p, n);
+        }
+        put(j);
     }
     return rc;
 }
 
 /* Rank 0: write one array (its own rows, then every other rank's for a sharded one). */
-static int write_array(mt_context *c, mt__ckpt_writer *file, const mt__ck_array *a,
-                       const int64_t *rows, char *buf, bool first, int status)
+static int write_array(mt__ck_job *j, mt__ckpt_writer *file, const mt__ck_array *a,
+                       const int64_t *rows, bool first, int status)
 {
-    int P = c->world_size, rc = status;
+    int P = j->comm->size, rc = status;
+    char *buf = j->buf;
     uint64_t dims[8];
     for (int d = 0; d < a->ndim; d++)
         dims[d] = a->dims[d];
@@ -207,7 +239,7 @@ static int write_array(mt_context *c, mt__ckpt_writer *file, const mt__ck_array 
         rc = mt__ckpt_writer_begin(file, a->name, a->dtype, a->ndim, dims);
     size_t own = (size_t)(a->layout == MT_SHARDED ? (size_t)rows[0] : a->dims[0]) * w.row_bytes;
     if (!rc)
-        rc = write_own(&w, a, own, chunk, &crc);
+        rc = write_own(j, &w, a, own, chunk, &crc);
     /* two halves when two pieces fit in the buffer, else one piece at a time */
     bool halves = 2 * chunk <= mt__ck_buffer_bytes();
     char *half[2] = {buf, halves ? buf + chunk : buf};
@@ -217,12 +249,12 @@ static int write_array(mt_context *c, mt__ckpt_writer *file, const mt__ck_array 
         w.row0 = off ? (uint64_t)off[r] : 0;
         /* after a failure, keep receiving so rank r is not left waiting */
         size_t len = (size_t)rows[r] * w.row_bytes;
-        int e = mt__stream_recv(c->comm, r, len, (void *[]){half[next], half[1 - next]}, chunk,
+        int e = mt__stream_recv(j->comm, r, len, (void *[]){half[next], half[1 - next]}, chunk,
                                 rc ? drain : write_piece, &w);
         next = (next + (int)((len + chunk - 1) / chunk % 2)) % 2;
         /* then the CRC-32 rank r computed of its rows, piece by piece as it sent them */
         uint32_t theirs = 0;
-        int e2 = recv_word(c, r, &theirs);
+        int e2 = recv_word(j->comm, r, &theirs);
         crc = (uint32_t)crc32_combine(crc, theirs, (z_off_t)len);
         if (!rc)
             rc = e ? e : e2;
@@ -236,19 +268,53 @@ static int write_array(mt_context *c, mt__ckpt_writer *file, const mt__ck_array 
     return rc;
 }
 
-/* Rank 0: receive the other ranks' files (names and sizes in `desc`), then copy its own. */
-static int write_files(mt_context *c, const mt__ck_building *ck, const char *dir, char *desc,
-                       size_t *lens, char *buf, int status)
+/* Rank 0's own file of `size` bytes (announced) into cp: from the file itself, or from
+ * staging, where it was copied when the report returned. */
+static int copy_own(mt__ck_job *j, const char *name, uint64_t size, copier *cp)
+{
+    int rc = MT_OK;
+    size_t chunk = mt__ck_buffer_bytes();
+    if (j->stage) {
+        MT__CHUNKS(off, n, (size_t)size, chunk) {
+            const char *p = take(j, NULL, n);
+            if (!p)
+                return MT_EIO;
+            if (!rc)
+                rc = copy_piece(p, n, off, cp);
+            put(j);
+        }
+        return rc ? rc : mt__ck_stage_status(j->stage);
+    }
+    const mt__ck_file *f = NULL;
+    for (int i = 0; i < j->ck->nfiles && !f; i++)
+        if (!strcmp(j->ck->files[i].name, name))
+            f = &j->ck->files[i];
+    FILE *in = f ? fopen(f->path, "rb") : NULL;
+    size_t n;
+    while (in && (n = fread(j->buf, 1, chunk, in)) > 0 && !rc)
+        rc = copy_piece(j->buf, n, 0, cp);
+    if (!in && !rc)
+        rc = mt__error(MT_EIO, "cannot read checkpoint file %s (%s): %s", name,
+                       f ? f->path : "not added", strerror(errno));
+    else if (in && ferror(in) && !rc)
+        rc = mt__error(MT_EIO, "cannot read checkpoint file %s (%s)", name, f->path);
+    if (in)
+        fclose(in);
+    return rc;
+}
+
+/* Rank 0: receive the other ranks' files (names and sizes in allf), then copy its own. */
+static int write_files(mt__ck_job *j, const char *dir, int status)
 {
     int rc = status;
     size_t chunk = mt__ck_buffer_bytes(), pos = 0;
-    for (int r = 0; r < c->world_size; r++) {
-        size_t end = pos + lens[r];
+    for (int r = 0; r < j->comm->size; r++) {
+        size_t end = pos + j->flens[r];
         while (pos < end) {
-            const char *name = desc + pos;
+            const char *name = j->allf + pos;
             pos += strlen(name) + 1;
             uint64_t size;
-            memcpy(&size, desc + pos, 8);
+            memcpy(&size, j->allf + pos, 8);
             pos += 8;
             char path[4096];
             if (r == 0)
@@ -263,7 +329,7 @@ static int write_files(mt_context *c, const mt__ck_building *ck, const char *dir
             copier cp = {out, path};
             if (r > 0) {
                 /* after a failed write, keep receiving so rank r is not left waiting */
-                int e = mt__stream_recv(c->comm, r, size, (void *[]){buf, buf}, chunk,
+                int e = mt__stream_recv(j->comm, r, size, (void *[]){j->buf, j->buf}, chunk,
                                         out && !rc ? copy_piece : drain, &cp);
                 if (!rc)
                     rc = e;
@@ -271,23 +337,8 @@ static int write_files(mt_context *c, const mt__ck_building *ck, const char *dir
                     fclose(out);
                     out = NULL;
                 }
-            } else if (out) {
-                const mt__ck_file *f = NULL;
-                for (int i = 0; i < ck->nfiles && !f; i++)
-                    if (!strcmp(ck->files[i].name, name))
-                        f = &ck->files[i];
-                FILE *in = f ? fopen(f->path, "rb") : NULL;
-                size_t n;
-                while (in && (n = fread(buf, 1, chunk, in)) > 0 && !rc)
-                    rc = copy_piece(buf, n, 0, &cp);
-                if (!in && !rc)
-                    rc = mt__error(MT_EIO, "cannot read checkpoint file %s (%s): %s", name,
-                                   f ? f->path : "not added", strerror(errno));
-                else if (in && ferror(in) && !rc)
-                    rc = mt__error(MT_EIO, "cannot read checkpoint file %s (%s)", name, f->path);
-                if (in)
-                    fclose(in);
-            }
+            } else if (out)
+                rc = copy_own(j, name, size, &cp);
             if (out && (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) != 0) && !rc)
                 rc = mt__error(MT_EIO, "cannot write %s: %s", path, strerror(errno));
             if (out && fclose(out) != 0 && !rc)
@@ -297,87 +348,105 @@ static int write_files(mt_context *c, const mt__ck_building *ck, const char *dir
     return rc;
 }
 
-/* Other ranks: one sharded array's rows, each piece summed just before it is sent (while
- * rank 0 writes the one before), then the sum. The fault site "commit-send" fails the
- * rank after its first piece; it still sends all it announced. */
-static int send_rows(mt_context *c, const mt__ck_array *a, int *failed)
+/* Other ranks: one sharded array's rows, each piece summed while it is sent (rank 0
+ * takes it meanwhile; the sum does not wait for this rank's turn on a busy machine), then
+ * the sum. The fault site "commit-send" fails the rank after its first piece; it still
+ * sends all it announced. */
+static int send_rows(mt__ck_job *j, const mt__ck_array *a, int *failed)
 {
     int rc = MT_OK;
     size_t rb = row_bytes_of(a), len = a->dims[0] * rb, chunk = mt__ck_stream_chunk(rb);
     uint32_t crc = 0;
     MT__CHUNKS(off, n, len, chunk) {
-        const char *piece = (const char *)a->data + off;
-        {
+        const char *piece = take(j, (const char *)a->data + off, n);
+        if (!piece)
+            return MT_EIO;
+        MPI_Request r;
+        rc = mt__stream_isend(j->comm, 0, piece, n, &r);
+        if (!rc) {
             MT__TRACE("checkpoint", "crc");
             crc = mt__crc32(crc, piece, n);
         }
-        if (off > 0 && !*failed && mt__test_fail("commit-send", c->world_rank))
+        if (off > 0 && !*failed && mt__test_fail("commit-send", j->comm->rank))
             *failed = mt__error(MT_EIO, "checkpoint array %s: sending rows from %llu failed "
                                 "(injected by MT_TEST_FAIL_AT)", a->name,
                                 (unsigned long long)(off / rb));
-        if ((rc = mt__stream_send(c->comm, 0, piece, n, chunk)))
+        if (!rc)
+            rc = mt__stream_wait(j->comm, &r);
+        put(j);
+        if (rc)
             return rc;
     }
-    return mt__stream_send(c->comm, 0, &crc, sizeof crc, sizeof crc);
+    return mt__stream_send(j->comm, 0, &crc, sizeof crc, sizeof crc);
 }
 
-/* Other ranks: their files, exactly the sizes announced in desc (zeros after a file that
- * could not be read whole, which is this rank's failure then), through buf. */
-static int send_files(mt_context *c, const mt__ck_building *ck, const char *desc, char *buf,
-                      int *failed)
+/* Other ranks: their files, exactly the sizes announced in fdesc (zeros after a file that
+ * could not be read whole, which is this rank's failure then), through buf, or from
+ * staging. */
+static int send_files(mt__ck_job *j, int *failed)
 {
     int rc = MT_OK;
+    const mt__ck_building *ck = j->ck;
     size_t chunk = mt__ck_buffer_bytes(), pos = 0;
     for (int i = 0; i < ck->nfiles && !rc; i++) {
-        pos += strlen(desc + pos) + 1;
+        pos += strlen(j->fdesc + pos) + 1;
         uint64_t size;
-        memcpy(&size, desc + pos, 8);
+        memcpy(&size, j->fdesc + pos, 8);
         pos += 8;
-        FILE *in = fopen(ck->files[i].path, "rb");
-        if (!in && !*failed)
+        FILE *in = j->stage ? NULL : fopen(ck->files[i].path, "rb");
+        if (!j->stage && !in && !*failed)
             *failed = mt__error(MT_EIO, "cannot read checkpoint file %s (%s): %s",
                                 ck->files[i].name, ck->files[i].path, strerror(errno));
         MT__CHUNKS(off, n, (size_t)size, chunk) {
-            size_t got = in ? fread(buf, 1, n, in) : 0;
+            const char *p = j->buf;
+            if (j->stage && !(p = take(j, NULL, n))) {
+                rc = MT_EIO;
+                break;
+            }
+            size_t got = j->stage ? n : in ? fread(j->buf, 1, n, in) : 0;
             if (got < n) {
                 if (!*failed)
                     *failed = mt__error(MT_EIO, "checkpoint file %s (%s): %zu bytes were "
                                         "announced, fewer could be read", ck->files[i].name,
                                         ck->files[i].path, (size_t)size);
-                memset(buf + got, 0, n - got);
+                memset(j->buf + got, 0, n - got);
             }
-            if ((rc = mt__stream_send(c->comm, 0, buf, n, chunk)))
+            rc = mt__stream_send(j->comm, 0, p, n, chunk);
+            put(j);
+            if (rc)
                 break;
         }
         if (in)
             fclose(in);
     }
+    if (!rc && j->stage && !*failed)
+        *failed = mt__ck_stage_status(j->stage);
     return rc;
 }
 
 /* Other ranks: their sharded rows, their files, then their status (so that rank 0 does
  * not publish a part that is missing). An MPI failure stops the stream at once. */
-static int send_parts(mt_context *c, const mt__ck_building *ck, const char *fdesc, char *buf)
+static int send_parts(mt__ck_job *j)
 {
     int rc = MT_OK, failed = MT_OK;
-    for (int i = 0; i < ck->narrays && !rc; i++)
-        if (ck->arrays[i].layout == MT_SHARDED)
-            rc = send_rows(c, &ck->arrays[i], &failed);
+    for (int i = 0; i < j->ck->narrays && !rc; i++)
+        if (j->ck->arrays[i].layout == MT_SHARDED)
+            rc = send_rows(j, &j->ck->arrays[i], &failed);
     if (!rc)
-        rc = send_files(c, ck, fdesc, buf, &failed);
+        rc = send_files(j, &failed);
     uint32_t word = (uint32_t)(failed != MT_OK);
     if (!rc)
-        rc = mt__stream_send(c->comm, 0, &word, sizeof word, sizeof word);
+        rc = mt__stream_send(j->comm, 0, &word, sizeof word, sizeof word);
     return rc ? rc : failed;
 }
 
 /* Rank 0: every other rank's status; a rank that could not send its part whole fails the
  * commit (that rank's own error is what the report's agreement tells everyone). */
-static int recv_statuses(mt_context *c, const char *name, int status)
+static int recv_statuses(mt__comm *comm, const char *name, int status)
 {
-    for (int r = 1; r < c->world_size; r++) {
+    for (int r = 1; r < comm->size; r++) {
         uint32_t word = 0;
-        int e = recv_word(c, r, &word);
+        int e = recv_word(comm, r, &word);
         if (!status && e)
             status = e;
         else if (!status && word)
@@ -403,10 +472,30 @@ static char *describe_files(const mt__ck_building *ck, size_t *len)
     return b;
 }
 
-/* Rank 0, after the data is durable: publish the folder, record it, apply retention. */
-static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *name,
-                   const mt_metrics *metrics, int64_t iteration)
+/* run.json. From the commit thread, a copy of the run's state with the checkpoint's
+ * iteration: the training thread goes on updating run->iteration meanwhile (and nothing
+ * else of what run.json holds until it waits for this commit). */
+static int save_state(const mt__ck_job *j)
 {
+    if (!j->snapshot)
+        return mt__run_save(j->run);
+    const mt__rundir *r = j->run;
+    mt__rundir s = {.dir = r->dir, .attempts = r->attempts, .failures = r->failures,
+                    .next_index = r->next_index, .iteration = j->iteration,
+                    .time_total = r->time_total, .kept = r->kept, .kept_cap = r->kept_cap,
+                    .nkept = r->nkept, .latest = r->latest};
+    memcpy(s.run_id, r->run_id, sizeof s.run_id);
+    memcpy(s.status, r->status, sizeof s.status);
+    return mt__run_save(&s);
+}
+
+/* Rank 0, after the data is durable: publish the folder, record it, apply retention. */
+static int publish(const mt__ck_job *j, const char *tmp)
+{
+    mt__rundir *run = j->run;
+    const char *name = j->name;
+    const mt_metrics *metrics = j->metrics;
+    int64_t iteration = j->iteration;
     char final[4096];
     snprintf(final, sizeof final, "%s/%s", run->dir, name);
     /* what recording it takes is allocated before the folder is published: a published
@@ -438,7 +527,7 @@ static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *
     k->iteration = iteration;
     k->metrics = m;
     run->latest = run->nkept++;
-    int kept_all = mt__retention(run->kept, run->nkept, run->latest, &c->cfg->run.checkpoint, drop);
+    int kept_all = mt__retention(run->kept, run->nkept, run->latest, j->retention, drop);
     /* the state that forgets them is durable before any folder goes */
     int nk = 0, ng = 0, latest = -1;
     for (int i = 0; i < run->nkept; i++) {
@@ -458,7 +547,7 @@ static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *
     run->latest = latest;
     rc = mt__fsync_dir(run->dir);
     if (!rc)
-        rc = mt__run_save(run);
+        rc = save_state(j);
     for (int i = 0; i < ng; i++)
         names[i] = gone[i].name;
     if (!rc)
@@ -468,6 +557,82 @@ static int publish(mt_context *c, mt__rundir *run, const char *tmp, const char *
         mt_metrics_free(&gone[i].metrics);
     free(gone);
     return rc ? rc : kept_all;
+}
+
+/* Rank 0 after the agreement: .checkpoint_N.tmp/checkpoint.h5 written from every rank's
+ * part, sealed and fsynced, the files copied, then published. */
+static int write_all(mt__ck_job *j)
+{
+    const mt__ck_building *ck = j->ck;
+    int P = j->comm->size;
+    char tmp[4096], h5[4200];
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", j->run->dir, j->name);
+    snprintf(h5, sizeof h5, "%s/checkpoint.h5", tmp);
+    mt__rmtree(tmp); /* a crash's leftover, or a link: the name goes, never its target */
+    int status = mt__mkdirs(tmp);
+    struct stat st;
+    if (!status && (lstat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)))
+        status = mt__error(MT_EIO, "%s: not a folder this commit created (a link appeared "
+                           "in its place); nothing is written through it", tmp);
+    mt__ckpt_writer *file = NULL;
+    if (!status)
+        status = mt__ckpt_writer_create(h5, &file);
+    for (int i = 0, k = 0; i < ck->narrays; i++) {
+        const mt__ck_array *a = &ck->arrays[i];
+        if (a->layout == MT_SHARDED) {
+            for (int r = 0; r < P; r++)
+                j->rows[r] = j->all[(size_t)r * (size_t)j->nsh + (size_t)k];
+            k++;
+        }
+        status = write_array(j, file, a, j->rows, i == 0 && j->pause, status);
+    }
+    /* where it belongs, for restore to check: the run, this folder, this iteration (the
+     * library's values under these keys, whatever the checkpoint's own held) */
+    char it_text[32];
+    snprintf(it_text, sizeof it_text, "%lld", (long long)j->iteration);
+    const char *stamp[3][2] = {{MT__META_RUN, j->run->run_id}, {MT__META_NAME, j->name},
+                               {MT__META_ITERATION, it_text}};
+    for (int i = 0; i < ck->nmeta && !status; i++)
+        if (strcmp(ck->meta_keys[i], MT__META_RUN) && strcmp(ck->meta_keys[i], MT__META_NAME) &&
+            strcmp(ck->meta_keys[i], MT__META_ITERATION))
+            status = mt__ckpt_writer_meta(file, ck->meta_keys[i], ck->meta_types[i],
+                                          ck->meta_values[i]);
+    /* test-only: a checkpoint as one written before these keys existed */
+    bool unstamped = mt__test_fail("commit-unstamped", 0);
+    for (int i = 0; i < 3 && !status && !unstamped; i++)
+        status = mt__ckpt_writer_meta(file, stamp[i][0], i == 2 ? MT__META_I64 : MT__META_STR,
+                                      stamp[i][1]);
+    {   /* seals the file when all went well; closes and fsyncs it in any case */
+        MT__TRACE("checkpoint", "close");
+        status = mt__ckpt_writer_close(&file, status);
+    }
+    status = write_files(j, tmp, status);
+    status = recv_statuses(j->comm, j->name, status);
+    if (!status) {
+        MT__TRACE("checkpoint", "publish");
+        status = publish(j, tmp);
+    } else
+        mt__rmtree(tmp);
+    int e = mt__stream_done(j->comm); /* on every path: the others wait for it */
+    return status ? status : e;
+}
+
+int mt__ck_commit_body(mt__ck_job *j)
+{
+    if (j->comm->rank == 0)
+        return write_all(j);
+    int rc = send_parts(j);
+    /* then wait, off the CPU, while rank 0 finishes the file and publishes it */
+    int e = mt__stream_await(j->comm);
+    return rc ? rc : e;
+}
+
+void mt__ck_job_free(mt__ck_job *j)
+{
+    free(j->all), free(j->fdesc), free(j->allf), free(j->flens), free(j->rows);
+    j->all = j->rows = NULL;
+    j->fdesc = j->allf = NULL;
+    j->flens = NULL;
 }
 
 int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *handle, mt__rundir *run,
@@ -486,95 +651,72 @@ int mt__checkpoint_commit(mt_context *c, const mt_checkpoint *handle, mt__rundir
     *agreed = true;
     uint64_t sig = 0;
     int nsh = 0, rc = describe_local(ck, &sig, &nsh);
+    bool async = mt__ck_async_wanted(c);
     /* what this rank needs is allocated before the agreement, so that running out of
      * memory is agreed instead of leaving the others in the gathers below */
     int P = c->world_size;
     int64_t *mine = calloc((size_t)(nsh ? nsh : 1), sizeof *mine);
-    int64_t *all = calloc((size_t)(nsh ? nsh : 1) * (size_t)P, sizeof *all);
-    size_t flen = 0, *flens = NULL;
-    char *fdesc = describe_files(ck, &flen), *allf = NULL;
-    char *fbuf = c->world_rank != 0 && ck->nfiles ? malloc(mt__ck_buffer_bytes()) : NULL;
-    int64_t *rows = c->world_rank == 0 ? calloc((size_t)P, sizeof *rows) : NULL;
-    char *buf = c->world_rank == 0 ? staging(c) : NULL; /* kept in c across commits */
-    if (!rc && (!mine || !all || !fdesc || (c->world_rank != 0 && ck->nfiles && !fbuf) ||
-                (c->world_rank == 0 && (!rows || !buf))))
+    size_t flen = 0;
+    mt__ck_job j = {.ck = ck, .nsh = nsh, .run = run, .retention = &c->cfg->run.checkpoint,
+                    .metrics = metrics, .iteration = iteration};
+    j.all = calloc((size_t)(nsh ? nsh : 1) * (size_t)P, sizeof *j.all);
+    j.fdesc = describe_files(ck, &flen);
+    char *fbuf = !async && c->world_rank != 0 && ck->nfiles ? malloc(mt__ck_buffer_bytes()) : NULL;
+    j.rows = c->world_rank == 0 ? calloc((size_t)P, sizeof *j.rows) : NULL;
+    size_t *nolens = c->world_rank == 0 ? calloc((size_t)P, sizeof *nolens) : NULL;
+    j.buf = c->world_rank == 0 ? staging(c) : fbuf; /* rank 0's: kept in c across commits */
+    if (!rc && (!mine || !j.all || !j.fdesc || (!async && c->world_rank != 0 && ck->nfiles && !fbuf) ||
+                (c->world_rank == 0 && (!j.rows || !j.buf || !nolens))))
         rc = mt__error(MT_ENOMEM, "out of memory committing a checkpoint");
+    if (!rc && async)
+        rc = mt__ck_async_prepare(c, ck, j.fdesc, metrics);
     mt__call call;
     mt__call_init(&call, MT__CALL_REPORT, 1, ck->narrays, nsh);
     call.sig = mt__sig_mix(call.sig, sig);
-    rc = mt__agree(c->comm, &call, rc, NULL);
+    /* every rank commits the same way (the highest and the lowest async agree), and
+     * whether any rank has files (else their lists are not gathered: two agreements and
+     * two gathers fewer, which under load cost more than a small checkpoint's bytes) */
+    int64_t way[2] = {2 * (int64_t)async + (ck->nfiles > 0), -(int64_t)async};
+    rc = mt__agree_max(c->comm, &call, rc, NULL, way, 2);
+    bool files = way[0] & 1;
+    if (!rc && way[0] >> 1 != -way[1])
+        rc = mt__error(MT_EINVAL, "run.checkpoint.async_commit is on for some ranks and off "
+                       "for others (MT_CHECKPOINT_ASYNC set on some only, or MPI without "
+                       "MPI_THREAD_MULTIPLE on some): every rank must commit the same way");
     /* each rank's row count for every sharded array */
     for (int i = 0, k = 0; !rc && i < ck->narrays; i++)
         if (ck->arrays[i].layout == MT_SHARDED)
             mine[k++] = (int64_t)ck->arrays[i].dims[0];
     if (!rc && nsh)
-        rc = mt__allgather(c->comm, mine, all, (size_t)nsh, MT_I64);
-    if (!rc)
-        rc = mt__gather_bytes(c->comm, fdesc, flen, &allf, &flens);
+        rc = mt__allgather(c->comm, mine, j.all, (size_t)nsh, MT_I64);
+    if (!rc && files)
+        rc = mt__gather_bytes(c->comm, j.fdesc, flen, &j.allf, &j.flens);
+    if (!files) { /* no rank has any: every list is empty */
+        j.flens = nolens;
+        nolens = NULL;
+    }
+    free(nolens);
+    if (!rc && async)
+        rc = mt__ck_async_comm(c);
+    free(mine);
     if (rc) { /* agreed, or an MPI failure: nothing sensible is left to do together */
-        free(mine), free(all), free(fdesc), free(allf), free(flens), free(fbuf), free(rows);
+        if (async)
+            mt__ck_async_drop(c);
+        mt__ck_job_free(&j);
+        free(fbuf);
         return rc;
     }
     *agreed = false; /* from here each rank has its own status; the report agrees on it */
-    if (c->world_rank != 0) {
-        rc = send_parts(c, ck, fdesc, fbuf);
-        /* then wait, off the CPU, while rank 0 finishes the file and publishes it */
-        int e = mt__stream_await(c->comm);
-        free(mine), free(all), free(fdesc), free(fbuf);
-        return rc ? rc : e;
+    if (c->world_rank == 0) {
+        snprintf(j.name, sizeof j.name, "checkpoint_%06lld", (long long)run->next_index);
+        snprintf(name, len, "%s", j.name);
+        j.pause = pause_here(run->next_index);
     }
-    /* rank 0 */
-    snprintf(name, len, "checkpoint_%06lld", (long long)run->next_index);
-    char tmp[4096], h5[4200];
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", run->dir, name);
-    snprintf(h5, sizeof h5, "%s/checkpoint.h5", tmp);
-    mt__rmtree(tmp); /* a crash's leftover, or a link: the name goes, never its target */
-    int status = mt__mkdirs(tmp);
-    struct stat st;
-    if (!status && (lstat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)))
-        status = mt__error(MT_EIO, "%s: not a folder this commit created (a link appeared "
-                           "in its place); nothing is written through it", tmp);
-    mt__ckpt_writer *file = NULL;
-    if (!status)
-        status = mt__ckpt_writer_create(h5, &file);
-    for (int i = 0, k = 0; i < ck->narrays; i++) {
-        const mt__ck_array *a = &ck->arrays[i];
-        if (a->layout == MT_SHARDED) {
-            for (int r = 0; r < P; r++)
-                rows[r] = all[(size_t)r * (size_t)nsh + (size_t)k];
-            k++;
-        }
-        status = write_array(c, file, a, rows, buf,
-                             i == 0 && pause_here(run->next_index), status);
-    }
-    /* where it belongs, for restore to check: the run, this folder, this iteration (the
-     * library's values under these keys, whatever the checkpoint's own held) */
-    char it_text[32];
-    snprintf(it_text, sizeof it_text, "%lld", (long long)iteration);
-    const char *stamp[3][2] = {{MT__META_RUN, run->run_id}, {MT__META_NAME, name},
-                               {MT__META_ITERATION, it_text}};
-    for (int i = 0; i < ck->nmeta && !status; i++)
-        if (strcmp(ck->meta_keys[i], MT__META_RUN) && strcmp(ck->meta_keys[i], MT__META_NAME) &&
-            strcmp(ck->meta_keys[i], MT__META_ITERATION))
-            status = mt__ckpt_writer_meta(file, ck->meta_keys[i], ck->meta_types[i],
-                                          ck->meta_values[i]);
-    /* test-only: a checkpoint as one written before these keys existed */
-    bool unstamped = mt__test_fail("commit-unstamped", 0);
-    for (int i = 0; i < 3 && !status && !unstamped; i++)
-        status = mt__ckpt_writer_meta(file, stamp[i][0], i == 2 ? MT__META_I64 : MT__META_STR,
-                                      stamp[i][1]);
-    {   /* seals the file when all went well; closes and fsyncs it in any case */
-        MT__TRACE("checkpoint", "close");
-        status = mt__ckpt_writer_close(&file, status);
-    }
-    status = write_files(c, ck, tmp, allf, flens, buf, status);
-    status = recv_statuses(c, name, status);
-    if (!status) {
-        MT__TRACE("checkpoint", "publish");
-        status = publish(c, run, tmp, name, metrics, iteration);
-    } else
-        mt__rmtree(tmp);
-    int e = mt__stream_done(c->comm); /* on every path: the others wait for it */
-    free(rows), free(mine), free(all), free(fdesc), free(allf), free(flens);
-    return status ? status : e;
+    if (async)
+        return mt__ck_async_start(c, &j, ck); /* takes j's allocations */
+    j.comm = c->comm;
+    rc = mt__ck_commit_body(&j);
+    mt__ck_job_free(&j);
+    free(fbuf);
+    return rc;
 }

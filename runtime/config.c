@@ -17,6 +17,8 @@
 #define DEFAULT_STALL_WARN_S 60.0
 #define DEFAULT_STALL_TIMEOUT_S 600.0
 #define DEFAULT_MEMORY_LIMIT ((size_t)1 << 30)
+#define DEFAULT_STAGING_BYTES ((size_t)1 << 30)
+#define MAX_STAGING_BYTES ((size_t)1 << 40)
 
 const char *mt__default_storage_path(void)
 {
@@ -38,6 +40,13 @@ void mt_config_defaults(mt_trainer_config *cfg)
         cfg->run.failure.stall_timeout_s = DEFAULT_STALL_TIMEOUT_S;
     if (cfg->data.memory_limit == 0)
         cfg->data.memory_limit = DEFAULT_MEMORY_LIMIT;
+    /* the environment decides what the program left at zero (fit refuses a bad value) */
+    mt_checkpoint_config *ck = &cfg->run.checkpoint;
+    if (!ck->async_commit)
+        ck->async_commit = mt__env_knob_bool("MT_CHECKPOINT_ASYNC", false);
+    if (ck->staging_bytes == 0)
+        ck->staging_bytes = (size_t)mt__env_knob_u64("MT_CHECKPOINT_STAGING",
+                                                     DEFAULT_STAGING_BYTES);
 }
 
 /* The problems found so far, one per line; checks that record their own message
@@ -138,6 +147,9 @@ int mt_config_validate(const mt_trainer_config *in)
                 (int)ck->score_order);
     if (ck->frequency < 0)
         problem(&n, "run.checkpoint.frequency must be >= 0 (got %d)", ck->frequency);
+    if (ck->staging_bytes > MAX_STAGING_BYTES)
+        problem(&n, "run.checkpoint.staging_bytes must be at most 1 TiB (got %zu)",
+                ck->staging_bytes);
     if (cfg.run.resume_from_checkpoint && !*cfg.run.resume_from_checkpoint)
         problem(&n, "run.resume_from_checkpoint must not be empty (use NULL for none)");
     else if (cfg.run.resume_from_checkpoint)
@@ -161,7 +173,9 @@ int mt_config_validate(const mt_trainer_config *in)
 
 /* ------------------------------------------------------------ command line */
 
-typedef enum { OPT_STR, OPT_INT, OPT_SECONDS, OPT_ORDER, OPT_FLAG, OPT_VERBOSE, OPT_HELP } opt_kind;
+typedef enum {
+    OPT_STR, OPT_INT, OPT_BYTES, OPT_SECONDS, OPT_ORDER, OPT_FLAG, OPT_VERBOSE, OPT_HELP
+} opt_kind;
 
 typedef struct {
     const char *name;
@@ -191,6 +205,11 @@ static const opt_def opts[] = {
      "checkpoint every N reports, 0 = when the function asks", "0"},
     {"checkpoint-at-end", OPT_FLAG, OFF(run.checkpoint.at_end),
      "take a final checkpoint when training ends", "off"},
+    {"checkpoint-async", OPT_FLAG, OFF(run.checkpoint.async_commit),
+     "commit checkpoints in a thread while training goes on (env MT_CHECKPOINT_ASYNC=1)", "off"},
+    {"checkpoint-staging", OPT_BYTES, OFF(run.checkpoint.staging_bytes),
+     "bytes a rank stages for an asynchronous commit (env MT_CHECKPOINT_STAGING)",
+     "1073741824"},
     {"overwrite", OPT_FLAG, OFF(run.overwrite),
      "replace a finished run of the same name instead of refusing to start", "off"},
     {"resume-from-checkpoint", OPT_STR, OFF(run.resume_from_checkpoint),
@@ -219,6 +238,8 @@ static bool set_value(const opt_def *o, const mt_trainer_config *cfg, char *buf,
     }
     case OPT_INT:
         return *(const int *)field && snprintf(buf, len, "%d", *(const int *)field) >= 0;
+    case OPT_BYTES:
+        return *(const size_t *)field && snprintf(buf, len, "%zu", *(const size_t *)field) >= 0;
     case OPT_SECONDS:
         return *(const double *)field && snprintf(buf, len, "%g", *(const double *)field) >= 0;
     case OPT_ORDER:
@@ -257,6 +278,7 @@ void mt_config_help_only(FILE *out, const mt_trainer_config *defaults, const cha
                           : o->kind == OPT_STR                       ? " TEXT"
                           : o->kind == OPT_ORDER                     ? " max|min"
                           : o->kind == OPT_SECONDS                   ? " SECONDS"
+                          : o->kind == OPT_BYTES                     ? " BYTES"
                                                                      : " N";
         char left[64], value[256];
         snprintf(left, sizeof left, "--%s%s", o->name, arg);
@@ -286,6 +308,9 @@ static void apply(mt_trainer_config *cfg, const opt_def *o, const char *val, pro
         break;
     case OPT_INT:
         listed(n, mt__parse_int(what, val, INT_MIN, INT_MAX, (int *)field));
+        break;
+    case OPT_BYTES:
+        listed(n, mt__parse_size(what, val, 1, MAX_STAGING_BYTES, (size_t *)field));
         break;
     case OPT_SECONDS:
         if (mt__parse_f64(what, val, 0, 1e9, (double *)field))

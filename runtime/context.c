@@ -68,6 +68,7 @@ void mt__context_destroy(mt_context **cp)
             mt__live_remove(c->fusions[i]);
         }
     free(c->fusions);
+    mt__spread_free(&c->spread);
     mt__comm_destroy(&c->comm);
     free(c->name);
     free(c->run_dir);

@@ -1,6 +1,6 @@
 /*
- * data.c -- dataset shards: the split plan, per-epoch block shuffling, windows with
- * read-ahead, and batches.
+ * data.c -- dataset shards: the split, windows with read-ahead, and batches; the epoch's
+ * order of blocks and the rows of each window come from plan.c.
  *
  * Invariants:
  * - Every rank computes the same plan and the same block permutation from (seed, epoch)
@@ -126,8 +126,7 @@ struct mt_shard {
     mt_iter_options opt;
     int64_t bs;             /* rows per batch: opt.batch_size, at most the shard's rows */
     int epoch;
-    mt__run *runs;          /* this rank's rows in epoch order */
-    int nruns;
+    mt__plan plan;          /* this rank's rows in epoch order (plan.c) */
     int64_t W, nwindows;
     int64_t alloc_W, alloc_bs; /* the layout the window buffers were made for */
     int alloc_sets;
@@ -177,94 +176,28 @@ static bool is_split(const mt_data_config *d, const char *name)
     return false;
 }
 
-/* The epoch plan's memory does not grow with the rows: at most MAX_PLAN_BLOCKS blocks,
- * so a shard's plan holds at most 2^20 block numbers (8 MiB) and 2^20 + 2 runs (16 MiB),
- * and reading a window adds at most as many runs again (16 MiB, freed after the read):
- * at most 40 MiB per shard and rank whatever a file claims (a dataset of 2^50 rows
- * included). Past 2^20 blocks (about 1 TiB at the usual 1 MiB blocks) blocks grow
- * instead. */
-#define MAX_PLAN_BLOCKS ((int64_t)1 << 20)
-
-/* Rows of a block: about 1 MiB, and at least 16 blocks per rank when rows allow; never
- * more than MAX_PLAN_BLOCKS blocks. */
+/* Rows of a block: about 1 MiB, and at least 16 blocks per rank when rows allow. The plan
+ * (plan.c) never lists blocks, so their number costs nothing. */
 static int64_t block_rows(const mt_shard *s)
 {
     int64_t n = s->g->rows, p = s->split ? s->ctx->world_size : 1;
     int64_t by_bytes = (int64_t)((1u << 20) / (s->row_bytes ? s->row_bytes : 1));
     int64_t by_count = n / (16 * p);
     int64_t b = by_bytes < by_count ? by_bytes : by_count;
-    int64_t least = (n + MAX_PLAN_BLOCKS - 1) / MAX_PLAN_BLOCKS;
-    if (b < least)
-        b = least;
     return b > 0 ? b : 1;
 }
 
-/* This rank's runs for the epoch: positions [lo, lo + rows) of the (permuted) sequence of
- * blocks. Adjacent runs that touch in the file are merged. */
-static int plan_epoch(mt_shard *s)
+static void plan_epoch(mt_shard *s)
 {
-    int64_t n = s->g->rows, B = block_rows(s), nblocks = (n + B - 1) / B;
-    int64_t *order = malloc((size_t)nblocks * sizeof *order);
-    free(s->runs);
-    s->runs = malloc((size_t)(nblocks + 2) * sizeof *s->runs);
-    if (!order || !s->runs) {
-        free(order);
-        return mt__error(MT_ENOMEM, "out of memory planning an epoch of %s", s->name);
-    }
-    for (int64_t i = 0; i < nblocks; i++)
-        order[i] = i;
-    if (s->opt.shuffle) {
-        uint64_t x = s->opt.seed * 0x100000001b3ULL ^ (uint64_t)s->epoch;
-        for (int64_t i = nblocks - 1; i > 0; i--) {
-            int64_t j = (int64_t)below(&x, (uint64_t)i + 1), t = order[i];
-            order[i] = order[j];
-            order[j] = t;
-        }
-    }
-    int64_t lo = s->split ? (int64_t)s->ctx->world_rank * s->rows : 0, hi = lo + s->rows;
-    int64_t pos = 0;
-    s->nruns = 0;
-    for (int64_t i = 0; i < nblocks && pos < hi; i++) {
-        int64_t start = order[i] * B, len = start + B > n ? n - start : B;
-        int64_t a = pos > lo ? pos : lo, b = pos + len < hi ? pos + len : hi;
-        if (a < b) {
-            mt__run r = {start + (a - pos), b - a};
-            mt__run *last = s->nruns ? &s->runs[s->nruns - 1] : NULL;
-            if (last && last->start + last->count == r.start)
-                last->count += r.count;
-            else
-                s->runs[s->nruns++] = r;
-        }
-        pos += len;
-    }
-    free(order);
-    return MT_OK;
+    int64_t base = s->split ? (int64_t)s->ctx->world_rank * s->rows : 0;
+    mt__plan_make(&s->plan, s->g->rows, block_rows(s), s->opt.shuffle, s->opt.seed, s->epoch,
+                  base, s->rows);
 }
 
-/* The runs covering window k: positions [k*W, k*W + rows) of this rank's sequence. */
+/* The runs covering window k: positions [k*W, k*W + W) of this rank's rows. */
 static int window_runs(const mt_shard *s, int64_t k, mt__run **out, int *nout)
 {
-    int64_t lo = k * s->W, hi = lo + s->W < s->rows ? lo + s->W : s->rows, pos = 0;
-    mt__run *r = malloc((size_t)(s->nruns ? s->nruns : 1) * sizeof *r);
-    if (!r)
-        return mt__error(MT_ENOMEM, "out of memory reading %s", s->name);
-    int n = 0;
-    for (int i = 0; i < s->nruns && pos < hi; i++) {
-        int64_t a = pos > lo ? pos : lo, b = pos + s->runs[i].count < hi ? pos + s->runs[i].count : hi;
-        if (a < b)
-            r[n++] = (mt__run){s->runs[i].start + (a - pos), b - a};
-        pos += s->runs[i].count;
-    }
-    /* a union of hyperslabs is read in file order: sort the runs the same way */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && r[j - 1].start > r[j].start; j--) {
-            mt__run t = r[j];
-            r[j] = r[j - 1];
-            r[j - 1] = t;
-        }
-    *out = r;
-    *nout = n;
-    return MT_OK;
+    return mt__plan_runs(&s->plan, k * s->W, k * s->W + s->W, out, nout, s->name);
 }
 
 static int read_window(mt_shard *s, window *w, int64_t k)
@@ -459,7 +392,6 @@ static void shard_free(mt_shard *s)
     if (s->g)
         free_windows(s);
     mt__h5group_close(&s->g);
-    free(s->runs);
     free(s->mem);
     free(s->want);
     free(s->name);
@@ -744,6 +676,15 @@ int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
     if (!rc && bs > (int64_t)UINT32_MAX)
         rc = mt__error(MT_EINVAL, "mt_shard_begin_epoch: %s: batch_size %zu: a batch of more "
                        "than %u rows is not supported", s->name, opt.batch_size, UINT32_MAX);
+    /* a batch is the smallest window: one that alone exceeds data.memory_limit (a file
+     * whose rows claim gigabytes) is refused here, on every rank, before any buffer */
+    uint64_t batch_bytes;
+    if (!rc && (__builtin_mul_overflow((uint64_t)bs, (uint64_t)s->mem_row_bytes, &batch_bytes) ||
+                batch_bytes > s->memory_limit))
+        rc = mt__error(MT_EINVAL, "mt_shard_begin_epoch: %s (%s:%s): a batch of %lld rows of "
+                       "%zu bytes is more than data.memory_limit (%zu bytes): lower "
+                       "batch_size or raise data.memory_limit", s->name, s->g->file,
+                       s->g->group, (long long)bs, s->mem_row_bytes, s->memory_limit);
     if (!rc) {
         /* one window when the shard fits the limit, else windows of about half of it */
         int64_t fit = (int64_t)(s->memory_limit / (s->mem_row_bytes ? s->mem_row_bytes : 1));
@@ -753,7 +694,7 @@ int mt_shard_begin_epoch(mt_shard *s, int epoch, const mt_iter_options *o)
         if (s->W > UINT32_MAX)
             s->W = (int64_t)UINT32_MAX / bs * bs;
         s->nwindows = (s->rows + s->W - 1) / s->W;
-        rc = plan_epoch(s);
+        plan_epoch(s);
     }
     if (!rc)
         rc = alloc_windows(s);

@@ -69,6 +69,7 @@ int mt_init(int *argc, char ***argv)
     /* a spawned child joins the lifeline before anything that waits for its peers */
     if (getenv("MT_SPAWN_BOARD")) {
         const char *wr = getenv("OMPI_COMM_WORLD_RANK"); /* test only: the rank - 1 */
+        wr = wr ? wr : getenv("PMI_RANK");                /* (MPICH's launcher) */
         int r = wr ? atoi(wr) + 1 : -1;
         mt__test_stop("stop-init", r);
         if ((rc = mt__lifeline_join()))

@@ -1,7 +1,10 @@
 /*
- * report.c -- mt_report: every rank's metrics to rank 0 (one agreement, one gather), an
- * optional checkpoint commit, rank 0's line in result.json and progress.csv, and one
- * closing agreement so that a write failure on rank 0 is every rank's error.
+ * report.c -- mt_report: one opening agreement (which also carries the per-rank
+ * statistics when their layout is cached and small, spread.c), the statistics' reduction
+ * to rank 0 otherwise, an optional checkpoint commit, rank 0's line in result.json and
+ * progress.csv (its own metrics, the automatic keys, the per-rank spread), and one closing
+ * agreement so that a write failure on rank 0 is every rank's error. No rank's metrics
+ * are gathered: rank 0's make the row, the others' only reach it through the statistics.
  *
  * The opening agreement also carries stop requests (SIGTERM/SIGUSR1 on any rank): from
  * then on mt_should_checkpoint is true on every rank, and the report that commits the
@@ -34,51 +37,12 @@ void mt_set_total_iterations(mt_context *c, int64_t n)
         c->total_iterations = n;
 }
 
-/* Rank 0: the row for result.json (rank 0's metrics, automatic keys, spread over ranks). */
-static json_t *build_row(mt_context *c, const char *all, const size_t *lens, mt_metrics *row)
+/* Rank 0: the row for result.json (its own metrics, and the spread over ranks). */
+static json_t *build_row(mt_context *c, const mt_metrics *m, const mt__spread_step *st,
+                         mt_metrics *row)
 {
-    size_t off = 0;
-    mt_metrics **per = calloc((size_t)c->world_size, sizeof *per);
-    bool ok = per != NULL; /* any failure: NULL, never a row with metrics missing */
-    for (int r = 0; per && r < c->world_size; r++) {
-        per[r] = mt_metrics_new();
-        if (!per[r] || mt__metrics_decode(per[r], all + off, lens[r]))
-            ok = false;
-        off += lens[r];
-    }
-    json_t *j = ok && !mt__metrics_copy(row, per[0]) ? mt__metrics_to_json(row) : NULL;
-    json_t *spread = j ? json_object() : NULL;
-    ok = ok && spread;
-    for (int i = 0; ok && i < per[0]->n; i++) {
-        const mt__metric *e = &per[0]->e[i];
-        if (e->type == MT__METRIC_STR || c->world_size == 1)
-            continue;
-        double mn = INFINITY, mx = -INFINITY, sum = 0;
-        int n = 0;
-        for (int r = 0; r < c->world_size; r++) {
-            double v;
-            /* NaN and infinities are no JSON number: the spread is over the finite values */
-            if (per[r] && mt_metrics_get_f64(per[r], e->key, &v) == MT_OK && isfinite(v)) {
-                mn = fmin(mn, v), mx = fmax(mx, v), sum += v, n++;
-            }
-        }
-        if (n == 0)
-            continue;
-        if (json_object_set_new(spread, e->key, json_pack("{s:f, s:f, s:f, s:i}", "min", mn,
-                                                          "mean", sum / n, "max", mx, "ranks", n)))
-            ok = false;
-        if (c->verbose >= 2)
-            printf("mpitrain:   %-24s min %-12.6g mean %-12.6g max %-12.6g (%d ranks)\n", e->key,
-                   mn, sum / n, mx, n);
-    }
-    for (int r = 0; per && r < c->world_size; r++)
-        mt_metrics_free(&per[r]);
-    free(per);
-    if (ok && json_object_size(spread))
-        ok = json_object_set_new(j, "per_rank", spread) == 0;
-    else
-        json_decref(spread);
-    if (!ok) {
+    json_t *j = !mt__metrics_copy(row, m) ? mt__metrics_to_json(row) : NULL;
+    if (j && mt__spread_json(c, st, j)) {
         json_decref(j);
         j = NULL;
     }
@@ -162,11 +126,11 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
     MT__TRACE("report", "report");
     if (!mt__ctx_ok(c, "mt_report"))
         return MT_EINVAL;
-    char *enc = NULL;
-    size_t len = 0;
+    /* an asynchronous commit in flight: a report with a checkpoint waits for it, and a
+     * failed one is this report's error on every rank (checkpoint_async.c) */
+    int status = mt__checkpoint_settle(c, ck != NULL);
     /* a reserved key would replace an automatic one in the row: every rank's error */
-    int status = mt__metrics_check_user(m);
-    if (status)
+    if (!status && (status = mt__metrics_check_user(m)))
         c->no_retry = true;
     if (!status)
         status = check_score_attribute(c, m);
@@ -178,32 +142,27 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
                            "being built: report a new checkpoint (mt_checkpoint_new) with "
                            "its arrays copied in", mt_checkpoint_path(ck));
     }
-    if (!status)
-        status = mt__metrics_encode(m, &enc, &len);
     if (!status && ck && !mt__live(ck, MT__LIVE_CHECKPOINT)) /* one rank's: agreed below */
         status = mt__error(MT_EINVAL, "mt_report: the checkpoint was freed already");
-    int64_t shared[2] = {mt__stop_signalled(), (int64_t)len}; /* stop request, longest */
+    mt__spread_step st;
+    mt__spread_open(c, m, &st);
+    int64_t shared[2] = {mt__stop_signalled(), st.layout_len}; /* stop request, rank 0's keys */
     mt__call call;
     mt__call_init(&call, MT__CALL_REPORT, 0, ck != NULL, 0);
-    int rc = mt__agree_max(c->comm, &call, status, NULL, shared, 2);
+    int rc = mt__agree_carry(c->comm, &call, status, NULL, shared, 2,
+                             st.fold ? &st.payload : NULL);
     int64_t stop = shared[0];
-    if (rc) {
-        free(enc);
+    if (rc)
         return rc;
-    }
     if (stop && !c->stop && c->world_rank == 0 && c->verbose >= 1)
         printf("mpitrain: stop requested (SIGTERM/SIGUSR1): the next checkpoint ends the run\n");
     c->stop = c->stop || stop;
-    char *all = NULL;
-    size_t *lens = NULL;
-    rc = mt__gather_bytes_max(c->comm, enc, len, (size_t)shared[1], &all, &lens);
-    free(enc);
-    if (rc)
+    if ((rc = mt__spread_finish(c, m, &st, shared[1])))
         return rc;
     double now = mt__now();
     int64_t iteration = c->iteration + 1;
     mt_metrics *row = c->world_rank == 0 ? mt_metrics_new() : NULL;
-    json_t *j = row ? build_row(c, all, lens, row) : NULL;
+    json_t *j = row ? build_row(c, m, &st, row) : NULL;
     if (c->world_rank == 0 && (!row || !j))
         status = mt__error(MT_ENOMEM, "out of memory building a report");
     char ckname[64] = "";
@@ -219,7 +178,6 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
         if (agreed && e) { /* every rank knows already */
             mt_metrics_free(&row);
             json_decref(j);
-            free(all), free(lens);
             return e;
         }
         if (!status)
@@ -233,7 +191,6 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
             print_line(row, iteration, ckname);
     }
     json_decref(j);
-    free(all), free(lens);
     mt__call done;
     mt__call_init(&done, MT__CALL_REPORT_DONE, 0, ck != NULL, 0);
     rc = mt__agree(c->comm, &done, status, NULL);

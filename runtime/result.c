@@ -44,14 +44,17 @@ json_t *mt__params_json(const mt_trainer_config *cfg, int world_size)
             json_array_append_new(split, json_string(cfg->data.datasets_to_split[i]));
     }
     json_t *j = json_pack(
-        "{s:{s:i, s:i}, s:{s:s?, s:s, s:i, s:{s:i, s:s?, s:s, s:i, s:b}, s:{s:i, s:f, s:f}},"
+        "{s:{s:i, s:i}, s:{s:s?, s:s, s:i, s:{s:i, s:s?, s:s, s:i, s:b, s:b, s:I},"
+        " s:{s:i, s:f, s:f}},"
         " s:{s:o, s:I}}",
         "scaling", "num_workers", world_size, "cpus_per_worker", cfg->scaling.cpus_per_worker,
         "run", "name", r->name, "storage_path", r->storage_path, "verbose", r->verbose,
         "checkpoint", "num_to_keep", r->checkpoint.num_to_keep, "score_attribute",
         r->checkpoint.score_attribute, "score_order",
         r->checkpoint.score_order == MT_ORDER_MIN ? "min" : "max", "frequency",
-        r->checkpoint.frequency, "at_end", r->checkpoint.at_end, "failure", "max_failures",
+        r->checkpoint.frequency, "at_end", r->checkpoint.at_end, "async_commit",
+        r->checkpoint.async_commit, "staging_bytes", (json_int_t)r->checkpoint.staging_bytes,
+        "failure", "max_failures",
         r->failure.max_failures, "stall_warn_s", r->failure.stall_warn_s, "stall_timeout_s",
         r->failure.stall_timeout_s, "data", "datasets_to_split", split, "memory_limit",
         (json_int_t)cfg->data.memory_limit);

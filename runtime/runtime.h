@@ -54,6 +54,52 @@ json_t *mt__metrics_to_json(const mt_metrics *m);
  * other values are passed over. MT_ENOMEM when out of memory. */
 int mt__metrics_from_json(mt_metrics *m, const json_t *o);
 
+/* ------------------------------------------------------------ epoch plans (plan.c) */
+/* Which rows of a dataset of n rows, in blocks of B, a rank reads in an epoch: positions
+ * [base, base + rows) of the epoch's order of blocks. A few words, whatever n. */
+typedef struct {
+    int64_t n, B, nblocks, last_len, short_place, base, rows;
+    bool shuffle;
+    int half_bits;
+    uint64_t key;
+} mt__plan;
+void mt__plan_make(mt__plan *p, int64_t n, int64_t B, bool shuffle, uint64_t seed, int epoch,
+                   int64_t base, int64_t rows);
+/* The file's runs holding this rank's positions [lo, hi), sorted and merged (the caller
+ * frees *out); MT_ENOMEM naming the dataset. Time and memory in the blocks they span. */
+int mt__plan_runs(const mt__plan *p, int64_t lo, int64_t hi, mt__run **out, int *nout,
+                  const char *name);
+
+/* ------------------------------------------------------------ per-rank statistics */
+/* The layout of a report's statistics, agreed at the report where rank 0's keys last
+ * changed and kept on every rank (spread.c). */
+typedef struct {
+    bool valid;
+    int nkeys;
+    const char **key;      /* rank 0's numeric keys, in its order */
+    int *map;              /* key k: its index in this rank's metrics, -1 when absent */
+    double *quads;         /* {min, max, sum, n} per key */
+    uint64_t own_hash;     /* the hash of this rank's keys that map was made for */
+    char *block;           /* owns key, map, quads and the keys' text */
+} mt__spread;
+/* One report's part: what the opening agreement carries, and whether the result is in. */
+typedef struct {
+    uint64_t hash;         /* this rank's keys */
+    int64_t layout_len;    /* rank 0, when its keys changed: the new layout's length */
+    bool fold;             /* the statistics travel in the opening agreement */
+    bool ready;            /* rank 0's quads hold every rank's statistics */
+    mt__payload payload;
+} mt__spread_step;
+/* Before the opening agreement (local): st's fields for it. */
+void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st);
+/* After an OK opening agreement (collective): len is the agreed layout length (0: the
+ * layout stays); the layout sent when it changed, the statistics reduced unless they
+ * came with the agreement. */
+int mt__spread_finish(mt_context *c, const mt_metrics *m, mt__spread_step *st, int64_t len);
+/* Rank 0: "per_rank" added to row from the statistics (nothing at 1 rank). */
+int mt__spread_json(mt_context *c, const mt__spread_step *st, json_t *row);
+void mt__spread_free(mt__spread *s);
+
 /* ------------------------------------------------------------ run directory (rank 0) */
 typedef struct {
     char name[32];           /* checkpoint_000012 */
@@ -222,6 +268,8 @@ struct mt_context {
     char *ck_buf;                 /* rank 0's checkpoint staging buffer, kept across commits:
                                      fresh pages cost a fault each, on some machines more
                                      than the copy itself */
+    struct mt__ck_async *ck_async; /* asynchronous commits: the thread's communicator, the
+                                     staging memory, the commit in flight (checkpoint_async.c) */
     int nshards;
     int world_size, world_rank;
     mt__topology topo;
@@ -242,6 +290,7 @@ struct mt_context {
     mt_checkpoint *restored;       /* the checkpoint this attempt resumed from */
     bool restored_foreign;         /* restored is run.resume_from_checkpoint's, not the run's */
     mt_metrics *last_metrics;      /* rank 0's last report, with automatic keys (rank 0) */
+    mt__spread spread;             /* the per-rank statistics' layout (spread.c) */
     mt_fusion **fusions;           /* made on this context: orphaned when it ends */
     int nfusions;
     size_t fusions_cap;
@@ -284,7 +333,15 @@ void mt__context_set_current(mt_context *c);
 
 /* Close every shard the context opened (collective: HDF5 closes files collectively). */
 void mt__shards_close(mt_context *c);
-void mt__checkpoint_release(mt_context *c); /* the staging buffer */
+/* Waits for an asynchronous commit in flight first; then frees the staging buffers and
+ * the commit thread's communicator (every rank, at the end of fit). */
+void mt__checkpoint_release(mt_context *c);
+/* Local. An asynchronous commit in flight (run.checkpoint.async_commit): with wait, waits
+ * for it (the stall watchdog sees the wait), else only looks whether it ended; a commit
+ * that ended in failure is returned once (its message recorded), else MT_OK. Called by
+ * mt_report before its agreement (waiting when it carries a checkpoint) and at the end of
+ * each attempt, so the failure becomes every rank's at that agreement. */
+int mt__checkpoint_settle(mt_context *c, bool wait);
 
 /* Local. Every environment knob parses and is in range; MT_EINVAL listing the bad ones. */
 int mt__env_validate(void);

@@ -151,6 +151,13 @@ int mt_trainer_add_dataset(mt_trainer *t, const char *name, const char *h5_file,
     return MT_OK;
 }
 
+/* How this build's MPI family's launcher gives each rank N CPUs (%d: N). */
+#ifdef OPEN_MPI
+#define LAUNCH_CPUS "Open MPI as `mpirun --map-by slot:PE=%d --bind-to core ...`"
+#else
+#define LAUNCH_CPUS "MPICH as `mpiexec -bind-to core:%d ...`"
+#endif
+
 /* Local checks before training: config, worker count, CPUs. */
 static int check_setup(const mt_trainer *t, const mt_context *ctx)
 {
@@ -172,8 +179,7 @@ static int check_setup(const mt_trainer *t, const mt_context *ctx)
         if (have < need)
             return mt__error(MT_EINVAL,
                              "scaling.cpus_per_worker is %d but rank %d may use %d CPU%s "
-                             "(affinity mask: %s); launch with Open MPI as "
-                             "`mpirun --map-by slot:PE=%d --bind-to core ...` (Slurm: "
+                             "(affinity mask: %s); launch with " LAUNCH_CPUS " (Slurm: "
                              "srun --cpus-per-task=%d)",
                              need, ctx->world_rank, have, have == 1 ? "" : "s", list, need, need);
     }
@@ -720,6 +726,11 @@ static int run_attempt(const mt_trainer *t, fit_state *f)
     else if (fn_rc < 0 && !mt_last_error()[0])
         mt__error(fn_rc, "the training function returned %s (%s)", mt_err_name(fn_rc),
                   mt_strerror(fn_rc));
+    /* an asynchronous checkpoint commit in flight ends with the attempt; its failure is
+     * the attempt's when the function succeeded */
+    int commit_rc = mt__checkpoint_settle(ctx, true);
+    if (!fn_rc)
+        fn_rc = commit_rc;
     int rc = mt__agree_exit(ctx->comm, MT__CALL_FIT_END, fn_rc, &f->who);
     if (rc && f->who.rank >= 0)
         rc = f->who.code; /* the same code on every rank: the winning rank's */

@@ -4,16 +4,18 @@
 # check-full), a build with AddressSanitizer and UndefinedBehaviorSanitizer over the tests
 # where they find things (make check-sanitizers: the CUnit suites at 1-4 ranks, chaos, the
 # hostile-input tests, fuzz replays), and make distcheck (the tarball builds, installs,
-# passes its fast tier and the README's commands after its install).
+# passes its fast tier and the README's commands after its install), and the MPICH leg
+# (scripts/test-mpich.sh: a build against MPICH, its unit tests and 2-rank suites).
 # Most end-to-end tests wait (for a stall timeout, a signal, a stopped rank) more than
 # they compute, so the plain build's tests run beside the sanitizer build's, and distcheck
-# beside the rest of them once the plain tests are done: the two cores stay busy.
+# and the MPICH leg beside the rest of them once the plain tests are done: the two cores
+# stay busy.
 # MT_TEST_TIMEOUT_SCALE=N stretches every test's timeout on slow machines.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 start=$(date +%s)
-"$top/scripts/setup.sh" --example --slurm || exit 1
+"$top/scripts/setup.sh" --example --slurm --mpich || exit 1
 echo "=== setup took $(( $(date +%s) - start ))s"
 status=0
 build() { # NAME DIR CONFIGURE-OPTIONS...
@@ -44,8 +46,8 @@ report() { # NAME DIR TARGET: the results of tests NAME DIR TARGET, once it has 
     fi
     grep -E "^(# |PASS|FAIL|ERROR)" "$dir/check.out"
 }
-plain="$top/build-plain" asan="$top/build-asan"
-rm -f "$plain/check.status" "$asan/check.status"
+plain="$top/build-plain" asan="$top/build-asan" mpich="$top/build-mpich"
+rm -f "$plain/check.status" "$asan/check.status" "$top/test-mpich.status"
 build plain "$plain" --enable-werror
 build sanitizers "$asan" --enable-werror --enable-sanitizers=address,undefined
 [ $status -eq 0 ] || { echo "=== TESTS FAILED (build)"; exit 1; }
@@ -54,6 +56,9 @@ plain_job=$!
 tests sanitizers "$asan" check-sanitizers
 asan_job=$!
 wait $plain_job
+( sh "$top/scripts/test-mpich.sh" "$mpich" >"$top/test-mpich.out" 2>&1
+  echo $? >"$top/test-mpich.status" ) &
+mpich_job=$!
 t0=$(date +%s)
 if MT_TEST_TIER=fast make -C "$plain" -j"$(nproc)" distcheck >"$plain/distcheck.out" 2>&1; then
     distcheck="make distcheck: 1 passed, 0 failed"
@@ -64,14 +69,20 @@ else
 fi
 distcheck_time=$(( $(date +%s) - t0 ))
 wait $asan_job
+wait $mpich_job
 report plain "$plain" check-full
 report sanitizers "$asan" check-sanitizers
 echo "=== make distcheck (tests at the fast tier): ${distcheck_time}s"
 echo "$distcheck"
+echo "=== MPICH (scripts/test-mpich.sh)"
+mpich_rc=$(cat "$top/test-mpich.status" 2>/dev/null || echo 1)
+cat "$top/test-mpich.out"
+# 77: MPICH is not installed (setup.sh --mpich installs it; a CI without it is a failure)
+[ "$mpich_rc" = 0 ] || { echo "=== MPICH leg FAILED (exit $mpich_rc)"; status=1; }
 echo "=== the 15 slowest tests (tests/times.sh)"
-"$top/tests/times.sh" "$plain" "$asan" | head -n 15
+"$top/tests/times.sh" "$plain" "$asan" "$mpich" | head -n 15
 echo "=== suite took $(( $(date +%s) - start ))s"
 [ $status -eq 0 ] && echo "=== all tests passed" || echo "=== TESTS FAILED"
 # last: the CUnit-style summary, ending with "N passed, N failed"
-"$top/tests/summary.sh" "$plain" "$asan"
+"$top/tests/summary.sh" "$plain" "$asan" "$mpich"
 exit $status

@@ -59,6 +59,7 @@ cmd=$1; shift
 case "$name" in *[!a-z0-9]* | "") die "cluster name '$name': lower-case letters and digits only" ;; esac
 [ ${#name} -le 8 ] || die "cluster name '$name' is longer than 8 characters (link names)"
 state=$base/$name
+shm=/dev/shm/.mtcluster-$name # the nodes' /dev/shm folders
 br=${name}br
 [ "$cmd" != up ] && [ -f "$state/net" ] && net=$(cat "$state/net")
 
@@ -96,7 +97,7 @@ down() {
         | grep -E "^$name([0-9]+h|br)\$"); do
         ip link del "$l" 2>/dev/null
     done
-    rm -rf "$state"
+    rm -rf "$state" "$shm"
     rmdir "$base" 2>/dev/null
 }
 
@@ -128,6 +129,7 @@ up() {
         ip link set "${node}h" master "$br" up
         ip -n "$node" addr add "$net.$k/24" dev eth0
         ip -n "$node" link set eth0 up
+        mkdir -p "$shm/$node" # the node's own /dev/shm, as a real node has
         ip -n "$node" link set lo up
         echo "$node" >>"$state/nodes"
         echo "$net.$k $node" >>"$state/hosts"
@@ -164,13 +166,18 @@ EOF
     fi
 }
 
-# on_node STATE NODE CMD...: CMD in NODE's network namespace, its own host name and hosts file
+# on_node STATE NODE CMD...: CMD in NODE's network namespace, its own host name, hosts file
 on_node() {
     st=$1; node=$2; shift 2
     [ -f "$st/cpus.$node" ] && set -- taskset -c "$(cat "$st/cpus.$node")" "$@"
+    # and its own /dev/shm, a folder of the machine's (tmpfs, as /dev/shm is): a job's
+    # shared-memory files (Open MPI's segments are named by host, job id and local rank,
+    # and a requeued Slurm job keeps its id) never meet another node's
+    nshm=/dev/shm/.mtcluster-$(basename "$st")/$node
+    [ -d "$nshm" ] || nshm=/dev/shm
     exec nsenter --net="/run/netns/$node" unshare --uts --mount --propagation private \
-        sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"' \
-        sh "$node" "$st/hosts" "$@"
+        sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" /dev/shm \
+            && shift 3 && exec "$@"' sh "$node" "$st/hosts" "$nshm" "$@"
 }
 
 case "$cmd" in

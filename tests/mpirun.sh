@@ -8,16 +8,23 @@
 # /tmp, 6.4 s on /dev/shm). Only the ranks' TMPDIR moves (mpirun -x): mpirun keeps its own
 # session folder where it is (with the whole environment on /dev/shm, one rank was lost in
 # MPI_Init_thread under the sanitizers). The end-to-end scripts stay on the disk.
+# The launcher is the build's family's (configure's MPIRUN, MT_MPI_FAMILY, given by make
+# check): Open MPI's mpirun --oversubscribe -x VAR=VALUE, or MPICH's (Hydra) mpiexec, which
+# oversubscribes anyway and takes -genv VAR VALUE.
 np=$1; shift
+launcher=${MPIRUN:-mpirun}
+family=${MT_MPI_FAMILY:-openmpi}
 t=${MT_TEST_TIMEOUT:-120}
 scale=${MT_TEST_TIMEOUT_SCALE:-1}
 limit=$(awk "BEGIN { printf \"%d\", $t * $scale }")
 args=${MT_MPIRUN_ARGS:-}
 if [ "${MT_TEST_SHM:-0}" = 1 ] && [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
-    args="$args -x TMPDIR=/dev/shm"
+    if [ "$family" = openmpi ]; then args="$args -x TMPDIR=/dev/shm"; else args="$args -genv TMPDIR /dev/shm"; fi
 fi
+over=--oversubscribe
+[ "$family" = openmpi ] || over=""
 # shellcheck disable=SC2086
-timeout -k 10 "$limit" mpirun --oversubscribe -np "$np" $args "$@"
+timeout -k 10 "$limit" "$launcher" $over -np "$np" $args "$@"
 rc=$?
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     echo "TIMEOUT: $* at $np ranks did not finish in ${limit}s" >&2

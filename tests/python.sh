@@ -6,6 +6,10 @@
 #    check: 2), and as one process with no launcher: every API point, configs, collectives (mismatches
 #    included), checkpoints, retries, an exception on one rank, data, torch, 10,000 calls
 #    with flat memory;
+#  - python/tests/test_torch.py likewise (skipped without torch): prepare_model's gradients
+#    against DDP's (gloo), the models DDP users have, no_sync, mismatched models, a rank
+#    failing mid-backward, a model outliving fit, prepare_data_loader; with no launcher a
+#    state_dict checkpoint written at 2 ranks and restored at 1 and 3;
 #  - python/tests/test_launch.py once: spawn mode, a killed worker, SIGTERM / Ctrl-C /
 #    SIGUSR1 stops (exit 75) and their resumes.
 # Each run has a timeout; pytest's summary line of each is printed, its counts added to
@@ -69,15 +73,17 @@ for np in $nps; do
     timeout -k 10 "$limit" mpirun --oversubscribe -np "$np" -x PYTHONPATH -x OPENBLAS_NUM_THREADS -x PYTHONDONTWRITEBYTECODE \
         -x MT_PYTEST_DATA -x MT_PYTEST_STORE -x MT_PYTEST_MODE="np$np" \
         sh -c "cd '$store' && exec '$py' -m pytest $opts --basetemp='$store/tmp-np$np-'\$OMPI_COMM_WORLD_RANK \
-            '$src/test_api.py' >'$store/np$np.'\$OMPI_COMM_WORLD_RANK 2>&1"
+            '$src/test_api.py' '$src/test_torch.py' '$src/test_torch_fusion.py' >'$store/np$np.'\$OMPI_COMM_WORLD_RANK 2>&1"
     rc=$?
     [ $rc -eq 124 ] && echo "TIMEOUT: pytest at $np ranks did not finish in ${limit}s"
-    for r in $(seq 0 $((np - 1))); do record "test_api.py, mpirun -np $np, rank $r" "$store/np$np.$r" $rc; done
+    for r in $(seq 0 $((np - 1))); do record "test_api.py, test_torch*.py, mpirun -np $np, rank $r" "$store/np$np.$r" $rc; done
 done
 # no launcher: one process (a singleton MPI job), then the launch tests
 (cd "$store" && MT_PYTEST_MODE=plain timeout -k 10 "$limit" "$py" -m pytest $opts \
-    --basetemp="$store/tmp-plain" "$src/test_api.py" "$src/test_launch.py") >"$store/plain" 2>&1
+    --basetemp="$store/tmp-plain" "$src/test_api.py" "$src/test_torch.py" "$src/test_torch_fusion.py" \
+    "$src/test_launch.py") \
+    >"$store/plain" 2>&1
 rc=$?
 [ $rc -eq 124 ] && echo "TIMEOUT: pytest without a launcher did not finish in ${limit}s"
-record "test_api.py and test_launch.py, no launcher" "$store/plain" $rc
+record "test_api.py, test_torch*.py, test_launch.py, no launcher" "$store/plain" $rc
 finish

@@ -1,9 +1,9 @@
 #!/bin/sh
 # Nothing a user's command does may lose a run:
 #  - every program that accepts a run name and does not train (mpitrain-info,
-#    mpitrain-bench) refuses a name that exists (by --name, by MT_NAME, by --storage-path
-#    with its default name), naming the run, whatever the run's state (finished, failed
-#    and resumable), and leaves every file of it as it was;
+#    mpitrain-bench) refuses a name that exists (by --name, by MT_NAME), naming the run,
+#    whatever the run's state (finished, failed and resumable), and leaves every file of
+#    it as it was; given only a storage path, each call is a new run named by its time;
 #  - --overwrite with --resume-from-checkpoint inside the same run is refused before
 #    anything is deleted (the trainer and trainable-example);
 #  - a symbolic link in every position of a run file (run.lock, run.json and its
@@ -18,13 +18,19 @@
 #    the rerun finishes with every iteration once (tests/test_mpi_input's
 #    checkpoints_where_they_belong covers the function form, another run's checkpoint, a
 #    linked checkpoint folder and old checkpoints without the keys).
+#
+# Two automake tests share this script, so that make -j2 runs them side by side (under the
+# sanitizers this is the suite's longest test): tests/runsafe.sh points 1 and 3,
+# tests/runsafe_links.sh (MT_RUNSAFE_PART=links) point 2.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 need_tier check
+part=${MT_RUNSAFE_PART:-programs}
+case "$part" in programs | links) ;; *) echo "MT_RUNSAFE_PART '$part': programs or links"; exit 99 ;; esac
 ex="$b/tools/trainable-example"
 info="$b/tools/mpitrain-info"
 bench="$b/benchmarks/mpitrain-bench"
-scratch runsafe
+scratch runsafe-$part
 unset MT_STORAGE_PATH MT_NAME MT_TRACE
 export HOME="$store/home" TMPDIR="$store/tmp"
 mkdir -p "$HOME" "$TMPDIR"
@@ -35,6 +41,7 @@ snap() { (cd "$runs/$1" && find . -print | sort | while read -r f; do
     if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"
     elif [ -f "$f" ]; then echo "$f $(cksum <"$f")"; else echo "$f/"; fi; done); }
 
+if [ "$part" = programs ]; then
 # ---------------------------------------------------------------- point 1: the programs
 "$run" 1 "$ex" $common --name done >"$out" 2>"$err" || bad "a finished run to protect"
 "$run" 1 "$ex" $common --name broken --fail-rank 0 --fail-iteration 2 >"$out" 2>"$err"
@@ -56,15 +63,20 @@ for victim in done broken; do
         done
     done
 done
-# the default name: a second run in the same storage path is refused, the first kept
+# no name, a storage path: each call is a new run named by its time (-2, -3 ... within one
+# second), never refused by the last one, which stays as it was
 "$run" 1 "$info" --storage-path "$store/kept" >"$out" 2>"$err"
-first=$(cksum <"$store/kept/mpitrain-info/run.json")
+first=$(ls -d "$store/kept"/mpitrain-info_* 2>/dev/null)
+sum=$(cksum <"$first/run.json" 2>/dev/null)
+"$run" 1 "$info" --storage-path "$store/kept" >"$out" 2>"$err"
+rc1=$?
 "$run" 1 "$info" --storage-path "$store/kept" >"$out" 2>"$err"
 rc=$?
-if [ $rc -ne 0 ] && grep -q "run 'mpitrain-info' exists already" "$err" \
-    && [ "$(cksum <"$store/kept/mpitrain-info/run.json")" = "$first" ]; then
-    ok "mpitrain-info --storage-path twice: the second is refused, the first run stays"
-else bad "mpitrain-info --storage-path twice (exit $rc)"; fi
+if [ $rc1 -eq 0 ] && [ $rc -eq 0 ] && [ -n "$first" ] \
+    && [ "$(ls -d "$store/kept"/mpitrain-info_* | wc -l)" -eq 3 ] \
+    && [ "$(cksum <"$first/run.json")" = "$sum" ]; then
+    ok "mpitrain-info --storage-path three times: three runs, each named by its time, the first as it was"
+else bad "mpitrain-info --storage-path three times (exits $rc1, $rc; runs: $(ls "$store/kept" | tr '\n' ' '))"; fi
 # a folder that holds anything is not created into (no run.lock left in it)
 mkdir -p "$runs/mine" && echo notes >"$runs/mine/notes.txt"
 "$run" 1 "$info" --storage-path "$runs" --name mine >"$out" 2>"$err"
@@ -96,6 +108,9 @@ if [ $rc -eq 0 ] && grep -q '"status": "finished"' "$runs/done/run.json"; then
     ok "--overwrite with --resume-from-checkpoint outside the run: replaced, started from it"
 else bad "--overwrite with --resume-from-checkpoint outside the run (exit $rc)"; fi
 
+fi
+
+if [ "$part" = links ]; then
 # ---------------------------------------------------------------- point 2: links
 echo "the victim's own text" >"$store/victim"
 mkdir -p "$store/victim-dir" && echo keep >"$store/victim-dir/file"
@@ -169,6 +184,9 @@ if [ $rc -ne 0 ] && grep -q "rank 1.*$runs/trace2/trace/rank_1.json is a symboli
     && grep -q '"status": "failed"' "$runs/trace2/run.json"; then
     ok "2 ranks, a link at rank 1's trace file: the run fails on every rank naming it, the target unchanged"
 else bad "2 ranks, a link at trace/rank_1.json (exit $rc)"; fi
+fi
+
+if [ "$part" = programs ]; then
 # ---------------------------------------------------------------- point 3: the trainable form
 # a checkpoint file copied over the latest (with the keys a commit stamps, and as written
 # before them: only the trainable's own count): skipped with a warning, the next older one
@@ -199,4 +217,5 @@ rc=$?
 if [ $rc -ne 0 ] && grep -q "$runs/shown/run.json is a symbolic link" "$err"; then
     ok "mpitrain-show of a run whose run.json is a link: refused naming it"
 else bad "mpitrain-show of a run whose run.json is a link (exit $rc)"; fi
+fi
 finish

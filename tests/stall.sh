@@ -35,10 +35,11 @@ done
 
 # pid of rank $1 as stall_probe printed it in $out
 rank_pid() { sed -n "s/^stall_probe: rank $1 pid \([0-9]*\)$/\1/p" "$out"; }
-# wait until stall_probe printed the pids of $1 ranks
+# wait until $1 ranks of stall_probe printed their pids and have run (every watchdog has
+# heard from the others: the ranks are inside the job's collectives)
 await_pids() {
-    for _ in $(seq 1 300); do
-        [ "$(grep -c '^stall_probe: rank' "$out")" -ge "$1" ] && return 0
+    for _ in $(seq 1 $((limit * 10))); do
+        [ "$(grep -c '^stall_probe: rank [0-9]* running$' "$out")" -ge "$1" ] && return 0
         sleep 0.1
     done
     return 1
@@ -62,7 +63,6 @@ for np in $stop_nps; do
             job=$!
             await_pids "$np"
             pid=$(rank_pid $victim)
-            sleep 0.3
             [ -n "$pid" ] && kill -STOP "$pid"
             wait $job
             rc=$?
@@ -91,7 +91,6 @@ for try in $tries; do
     job=$!
     await_pids 2
     pid=$(rank_pid 1)
-    sleep 0.3
     [ -n "$pid" ] && kill -STOP "$pid"
     wait $job
     rc=$?
@@ -127,7 +126,6 @@ for layout in $layouts; do
         launcher=$(pgrep -x mpirun -P $job || pgrep -P $job)
         others=""
         for r in $(seq 0 $((np - 1))); do [ $r -ne $victim ] && others="$others $(rank_pid $r)"; done
-        sleep 0.3
         kill -STOP "$pid" $launcher
         left=$others
         for _ in $(seq 1 $((limit * 10))); do

@@ -3,7 +3,9 @@
  * [mpitrain options]`. Rank SLEEPER sleeps before the second of three allreduces; the
  * others wait in it. With SLEEPER -1 every rank prints "stall_probe: rank R pid P" and the
  * ranks run allreduces (a few each 100 ms) for SECONDS, so a test can stop or kill one of
- * them from outside. Used by tests/stall.sh with small --stall-warn/--stall-timeout.
+ * them from outside; "stall_probe: rank R running" follows once every rank has passed
+ * three rounds (each rank's watchdog has heard from the others by then), the line a test
+ * waits for before it acts. Used by tests/stall.sh with small --stall-warn/--stall-timeout.
  */
 #include <mpitrain.h>
 
@@ -24,7 +26,11 @@ static int loop(mt_context *c, const probe *p)
     fflush(stdout);
     struct timespec t0, now, pause = {0, 20000000};
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int go = 1; go;) {
+    for (int go = 1, round = 0; go; round++) {
+        if (round == 3) {
+            printf("stall_probe: rank %d running\n", mt_world_rank(c));
+            fflush(stdout);
+        }
         clock_gettime(CLOCK_MONOTONIC, &now);
         go = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) <
              p->seconds;

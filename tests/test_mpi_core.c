@@ -165,7 +165,11 @@ static void test_cpus_per_worker(void)
     char err[2048];
     MT_ASSERT_INT_EQ(fit_with(must_not_run, NULL, cfg, err, sizeof err), MT_EINVAL);
     MT_ASSERT_STR_CONTAINS(err, "scaling.cpus_per_worker is 100000 but rank 0 may use");
+#ifdef OPEN_MPI
     MT_ASSERT_STR_CONTAINS(err, "--map-by slot:PE=100000 --bind-to core");
+#else
+    MT_ASSERT_STR_CONTAINS(err, "mpiexec -bind-to core:100000");
+#endif
     cfg.scaling.cpus_per_worker = 1;
     MT_ASSERT_INT_EQ(fit_with(probe_context, &(ctx_probe){0}, cfg, NULL, 0), MT_OK);
 }
@@ -328,6 +332,72 @@ static void test_nd_shapes(void)
     mt__comm_destroy(&c);
 }
 
+/* An allreduce of at most MT__AGREE_PAYLOAD bytes travels in its agreement's message: the
+ * sums at every size up to that and past it, NaN answered alike everywhere, and every
+ * mismatch still found before any data reaches a buffer, on every rank, naming both. */
+static void test_small_allreduce_in_the_agreement(void)
+{
+    mt__comm *c = test_comm();
+    for (int fold = 0; fold < 2; fold++) {
+        mt__set_fold_bytes(fold ? MT__AGREE_PAYLOAD : 0);
+        for (size_t n = 0; n <= MT__AGREE_PAYLOAD / 8 + 1; n++) {
+            int64_t v[MT__AGREE_PAYLOAD / 8 + 1];
+            for (size_t i = 0; i < n; i++)
+                v[i] = (int64_t)(c->rank * 100 + i);
+            MT_ASSERT_INT_EQ(mt__allreduce(c, v, n, MT_I64, MT_SUM), MT_OK);
+            for (size_t i = 0; i < n; i++)
+                MT_ASSERT_INT_EQ(v[i], (int64_t)(100 * c->size * (c->size - 1) / 2 +
+                                                 c->size * (int)i));
+        }
+        double x = c->rank == c->size - 1 ? NAN : 1.0, y = x;
+        MT_ASSERT_INT_EQ(mt__allreduce(c, &x, 1, MT_F64, MT_MIN), MT_OK);
+        MT_ASSERT_INT_EQ(mt__allreduce(c, &y, 1, MT_F64, MT_MAX), MT_OK);
+        if (fold) /* MPI's own MIN and MAX keep whichever side the NaN is not on */
+            CU_ASSERT(isnan(x) && isnan(y)); /* the same answer on every rank */
+        int32_t m = 7 - c->rank;
+        MT_ASSERT_INT_EQ(mt__allreduce(c, &m, 1, MT_I32, MT_MEAN), MT_OK);
+        MT_ASSERT_INT_EQ(m, (int32_t)((7 * c->size - c->size * (c->size - 1) / 2) / c->size));
+    }
+    mt__set_fold_bytes(MT__AGREE_PAYLOAD);
+    if (c->size < 2) {
+        mt__comm_destroy(&c);
+        return;
+    }
+    /* only rank 1 differs: one float more */
+    float f[2] = {1, 2};
+    MT_ASSERT_INT_EQ(mt__allreduce(c, f, c->rank == 1 ? 2 : 1, MT_F32, MT_SUM), MT_EMISMATCH);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 0 called allreduce(count=1, f32, sum)");
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 1 called allreduce(count=2, f32, sum)");
+    assert_same_everywhere(mt_last_error());
+    CU_ASSERT(f[0] == 1 && f[1] == 2); /* nothing reached the buffer */
+    /* rank 1's call is past the threshold (two steps), the others' inside it */
+    static double big[1000];
+    big[0] = 5;
+    MT_ASSERT_INT_EQ(mt__allreduce(c, big, c->rank == 1 ? 1000 : 1, MT_F64, MT_SUM),
+                     MT_EMISMATCH);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 1 called allreduce(count=1000, f64, sum)");
+    CU_ASSERT_DOUBLE_EQUAL(big[0], 5, 0);
+    /* the same bytes, another dtype; a 4-byte allreduce against a barrier */
+    int32_t w = 3;
+    MT_ASSERT_INT_EQ(mt__allreduce(c, &w, 1, c->rank == 1 ? MT_F32 : MT_I32, MT_SUM),
+                     MT_EMISMATCH);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 1 called allreduce(count=1, f32, sum)");
+    MT_ASSERT_INT_EQ(w, 3);
+    int rc = c->rank == 1 ? mt__barrier(c) : mt__allreduce(c, &w, 1, MT_I32, MT_SUM);
+    MT_ASSERT_INT_EQ(rc, MT_EMISMATCH);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "rank 1 called barrier");
+    MT_ASSERT_INT_EQ(w, 3);
+    /* only rank 1's arguments are bad: its error, every other rank's MT_EPEER */
+    rc = mt__allreduce(c, c->rank == 1 ? NULL : &w, 1, MT_I32, MT_SUM);
+    MT_ASSERT_INT_EQ(rc, c->rank == 1 ? MT_EINVAL : MT_EPEER);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), "NULL buffer with count 1");
+    MT_ASSERT_INT_EQ(w, 3);
+    /* and the next small call works */
+    MT_ASSERT_INT_EQ(mt__allreduce(c, &w, 1, MT_I32, MT_SUM), MT_OK);
+    MT_ASSERT_INT_EQ(w, 3 * c->size);
+    mt__comm_destroy(&c);
+}
+
 /* ------------------------------------------------------------ failures inside fit */
 
 static int fail_on_victim(mt_context *c, void *arg)
@@ -421,6 +491,8 @@ static double reference(mt_op op, mt_dtype t, int size, size_t i)
         double v = value(r, i);
         acc = op == MT_MIN ? fmin(acc, v) : op == MT_MAX ? fmax(acc, v) : acc + v;
     }
+    if (t == MT_U8 && (op == MT_SUM || op == MT_MEAN)) /* a sum of bytes wraps (64 ranks) */
+        acc = fmod(acc, 256);
     if (op == MT_MEAN)
         acc = (t == MT_F32 || t == MT_F64) ? acc / size : floor(acc / size);
     return acc;
@@ -452,7 +524,9 @@ static void test_allreduce_every_dtype_and_op(void)
     check_allreduce(c, 1);
     check_allreduce(c, 1000);
     mt__set_chunk_elems(3); /* exercise the INT_MAX chunking with small chunks */
+    mt__set_fold_bytes(0);  /* (a small allreduce has no data step to chunk otherwise) */
     check_allreduce(c, 10);
+    mt__set_fold_bytes(MT__AGREE_PAYLOAD);
     mt__set_chunk_elems(0);
     mt__comm_destroy(&c);
 }
@@ -739,6 +813,7 @@ static const mt_test tests[] = {
     {"agree_all_fail_lowest_wins", test_agree_all_fail_lowest_wins},
     {"agree_different_collectives", test_agree_different_collectives},
     {"nd_shapes", test_nd_shapes},
+    {"small_allreduce_in_the_agreement", test_small_allreduce_in_the_agreement},
     {"fit_one_rank_returns_error", test_fit_one_rank_returns_error},
     {"fit_one_rank_leaves_early", test_fit_one_rank_leaves_early},
     {"fit_positive_return", test_fit_positive_return},

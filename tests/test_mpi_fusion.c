@@ -5,7 +5,8 @@
  * chunked reductions, registration mismatches and failures on one rank; through shared
  * memory (the default on one node), through MPI_Allreduce (flat) and hierarchically; the
  * blocks of mt_fusion_alloc reduced in place, mixed with ordinary tensors; fp16 and bf16
- * on the wire; the algorithm knobs, auto's choice, and set-up failures on one rank.
+ * on the wire; the algorithm knobs, auto's choice, set-up failures on one rank, and the
+ * sleeping wait's polls falling as a wait lasts.
  */
 #include "harness.h"
 
@@ -16,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 static mt__comm *comm(void)
@@ -895,6 +897,13 @@ static void test_mpi_error_in_creation(void)
     if (mt_test_size() < 2)
         return;
     mt__comm *c = comm();
+    /* the injected error's text, as this MPI library words it (Open MPI "MPI_ERR_OTHER:
+     * known error not in list", MPICH "Other MPI error"), up to its first colon */
+    char other[MPI_MAX_ERROR_STRING + 16], text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(MPI_ERR_OTHER, text, &len);
+    text[strcspn(text, ":")] = '\0';
+    snprintf(other, sizeof other, "failed: %s", text);
     const char *sites[] = {"fusion-dup-mpi", "topology-split-mpi", "topology-split-type-mpi",
                            "fusion-layout-mpi"};
     for (size_t i = 0; i < sizeof sites / sizeof *sites; i++)
@@ -913,7 +922,7 @@ static void test_mpi_error_in_creation(void)
                 snprintf(want, sizeof want, "rank %d failed: ", victim);
                 if (c->rank != victim)
                     MT_ASSERT_STR_CONTAINS(mt_last_error(), want);
-                MT_ASSERT_STR_CONTAINS(mt_last_error(), "failed: MPI_ERR_OTHER");
+                MT_ASSERT_STR_CONTAINS(mt_last_error(), other);
                 CU_ASSERT_PTR_NULL(f);
             }
             mt_fusion_destroy(&f);
@@ -965,6 +974,50 @@ static void test_auto_choice(void)
     mt__comm_destroy(&c);
 }
 
+/* The sleeping wait (MT_FUSION_SLEEP=1, the fusion thread's) of a message sent half a
+ * second late: it arrives whole, and its polls fall as it lasts: at most
+ * 8 ln(T / 16 us) + T / 1 ms of them and a few more for the clock's reads (about 600
+ * here; a loaded machine only makes fewer). The sleeps of at most 16 us it once made
+ * polled every 16 to 100 us (5,000 to 30,000 times in that half second), and four such
+ * threads waiting on a slow network livelocked a virtual machine's kernel
+ * (fusion_wire.c). */
+static void test_sleeping_wait_backs_off(void)
+{
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size < 2)
+        return;
+    setenv("MT_FUSION_SLEEP", "1", 1);
+    mt__wire_thread_sleeps();
+    unsetenv("MT_FUSION_SLEEP");
+    int v = -1, tag = 4711;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        MPI_Request r;
+        MPI_Irecv(&v, 1, MPI_INT, 1, tag, MPI_COMM_WORLD, &r);
+        uint64_t p0 = mt__wire_polls();
+        double t0 = mt__now();
+        MT_ASSERT_INT_EQ(mt__wire_wait(&r), MPI_SUCCESS);
+        double waited = mt__now() - t0;
+        uint64_t polls = mt__wire_polls() - p0;
+        MT_ASSERT_INT_EQ(v, 42);
+        double most = 8 * log(fmax(waited, 16e-6) / 16e-6) + waited / 1e-3 + 64;
+        if ((double)polls > most)
+            fprintf(stderr, "sleeping wait: %llu polls in %.3f s (at most %.0f)\n",
+                    (unsigned long long)polls, waited, most);
+        CU_ASSERT((double)polls <= most);
+        CU_ASSERT(waited >= 0.4); /* it waited for the late message, not less */
+    } else if (rank == 1) {
+        usleep(500 * 1000);
+        v = 42;
+        MPI_Send(&v, 1, MPI_INT, 0, tag, MPI_COMM_WORLD);
+    }
+    mt__wire_thread_done(); /* back to MPI_Wait on this thread */
+    prctl(PR_SET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL); /* and the default timer slack */
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static const mt_test tests[] = {
     {"tensors_in_one_block", test_tensors_in_one_block},
     {"uneven_sizes_and_big_tensors", test_uneven_sizes_and_big_tensors},
@@ -985,6 +1038,7 @@ static const mt_test tests[] = {
     {"setup_failures", test_setup_failures},
     {"mpi_error_in_creation", test_mpi_error_in_creation},
     {"auto_choice", test_auto_choice},
+    {"sleeping_wait_backs_off", test_sleeping_wait_backs_off},
     {NULL, NULL},
 };
 

@@ -78,6 +78,10 @@ static void make_files(void)
         write_columns(mt_test_path("deep.h5"), one, 1, 32, deep);
         hsize_t wide[3] = {4, (hsize_t)1 << 30, (hsize_t)1 << 20};
         write_columns(mt_test_path("wide.h5"), one, 1, 3, wide);
+        hsize_t fat[2] = {64, (hsize_t)1 << 30}; /* 64 rows of 1 GiB, in a few KiB */
+        write_columns(mt_test_path("fat.h5"), one, 1, 2, fat);
+        hsize_t tenten[2] = {10000000000ULL, 1};
+        write_columns(mt_test_path("tenten.h5"), one, 1, 2, tenten);
         const char *longs[] = {long255, long256, long1000, long3000, "y"};
         write_columns(mt_test_path("long.h5"), longs, 5, 1, rows);
     }
@@ -180,6 +184,29 @@ static void test_plan_memory_is_bounded(void)
     CU_ASSERT(a.rows == ((int64_t)1 << 50) / mt_test_size());
     if (a.grown_kib > 64 * 1024)
         fprintf(stderr, "rank %d: resident memory grew %ld KiB planning 2^50 rows\n",
+                mt_test_rank(), a.grown_kib);
+    CU_ASSERT(a.grown_kib < 64 * 1024);
+}
+
+/* 10^10 rows plan like any other (the plan is a few words, plan.c), and rows claimed so
+ * wide that one batch is more than data.memory_limit are refused at the start of the
+ * epoch on every rank, naming the dataset and the sizes, before any window is allocated. */
+static void test_claimed_sizes(void)
+{
+    huge_arg a = {0};
+    char err[1024];
+    MT_ASSERT_INT_EQ(fit_one("tenten", read_one_batch, &a, "tenten.h5",
+                             (mt_data_config){.memory_limit = 1 << 20}, 0, MT_VERBOSE_SILENT, err,
+                             sizeof err), MT_OK);
+    CU_ASSERT(a.rows == 10000000000LL / mt_test_size());
+    CU_ASSERT(a.grown_kib < 64 * 1024);
+    a = (huge_arg){0};
+    MT_ASSERT_INT_EQ(fit_one("fat", read_one_batch, &a, "fat.h5", (mt_data_config){0}, 0,
+                             MT_VERBOSE_SILENT, err, sizeof err), MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(err, "fat.h5:/g): a batch of 16 rows of 1073741824 bytes is more "
+                                "than data.memory_limit (1073741824 bytes)");
+    if (a.grown_kib > 64 * 1024)
+        fprintf(stderr, "rank %d: resident memory grew %ld KiB refusing a batch of 16 GiB\n",
                 mt_test_rank(), a.grown_kib);
     CU_ASSERT(a.grown_kib < 64 * 1024);
 }
@@ -747,6 +774,7 @@ static void test_links_refused_on_every_rank(void)
 
 static const mt_test tests[] = {
     {"huge_batch_sizes", test_huge_batch_sizes},
+    {"claimed_sizes", test_claimed_sizes},
     {"plan_memory_is_bounded", test_plan_memory_is_bounded},
     {"columns_beyond_limits", test_columns_beyond_limits},
     {"long_column_names", test_long_column_names},

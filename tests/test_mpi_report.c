@@ -126,6 +126,149 @@ static void test_report_files(void)
     }
 }
 
+/* ------------------------------------------------------------ per-rank statistics */
+
+/* The metrics rank r reports at report i (0-based): the keys change between reports, on
+ * rank 0 (the layout) and on rank 1 alone, values go nonfinite, keys become strings, and
+ * the number of keys crosses the size that travels in the opening agreement. */
+#define SPREAD_REPORTS 12
+static void spread_metrics(int i, int r, mt_metrics *m)
+{
+    char key[32];
+    switch (i) {
+    case 0: case 1: /* the same keys twice: the second report uses the cached layout */
+        mt_metrics_set_f64(m, "loss", 10.0 * i + r);
+        mt_metrics_set_i64(m, "step", i);
+        break;
+    case 2: /* rank 0 adds a key: a new layout */
+        mt_metrics_set_f64(m, "loss", 1.0 + r);
+        mt_metrics_set_i64(m, "step", i);
+        mt_metrics_set_f64(m, "acc", 0.5 + 0.1 * r);
+        break;
+    case 3: /* only rank 1 changes: it drops loss and adds a key rank 0 does not have */
+        if (r != 1)
+            mt_metrics_set_f64(m, "loss", 2.0 + r);
+        mt_metrics_set_i64(m, "step", i);
+        mt_metrics_set_f64(m, "acc", 0.25 * r);
+        if (r == 1)
+            mt_metrics_set_f64(m, "only_rank_1", 7);
+        break;
+    case 4: /* rank 1's loss is a string; rank 1's keys in another order */
+        if (r == 1) {
+            mt_metrics_set_f64(m, "acc", 1);
+            mt_metrics_set_str(m, "loss", "n/a");
+            mt_metrics_set_i64(m, "step", i);
+        } else {
+            mt_metrics_set_f64(m, "loss", 3.0 + r);
+            mt_metrics_set_i64(m, "step", i);
+            mt_metrics_set_f64(m, "acc", 1);
+        }
+        break;
+    case 5: /* nonfinite values: rank 0's own NaN, rank 1 +inf, rank 2 -inf */
+        mt_metrics_set_f64(m, "loss", r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -INFINITY
+                                                                               : 4.0 + r);
+        mt_metrics_set_f64(m, "acc", r == 1 ? NAN : 0.5);
+        mt_metrics_set_i64(m, "step", i);
+        break;
+    case 6: case 7: /* more keys than the agreement's message carries, twice */
+        for (int k = 0; k < 10; k++) {
+            snprintf(key, sizeof key, "k%d", k);
+            mt_metrics_set_f64(m, key, 100.0 * k + r + i);
+        }
+        break;
+    case 8: /* rank 0 has no numeric key at all */
+        if (r == 0)
+            mt_metrics_set_str(m, "phase", "eval");
+        else
+            mt_metrics_set_f64(m, "loss", r);
+        break;
+    case 9: /* a value no rank has finite */
+        mt_metrics_set_f64(m, "loss", NAN);
+        mt_metrics_set_f64(m, "acc", r);
+        break;
+    case 10: case 11: /* back to a small layout; rank 1's keys change at the last one */
+        mt_metrics_set_f64(m, "acc", r + i);
+        if (i == 11 && r == 1)
+            mt_metrics_set_f64(m, "late", 1);
+        break;
+    }
+}
+
+static int spread_body(mt_context *c, void *arg)
+{
+    int rc = MT_OK;
+    for (int i = 0; i < SPREAD_REPORTS && !rc; i++) {
+        mt_metrics *m = mt_metrics_new();
+        spread_metrics(i, mt_world_rank(c), m);
+        rc = mt_report(c, m, NULL);
+        mt_metrics_free(&m);
+    }
+    return rc;
+}
+
+/* The spread a gather of every rank's metrics gives: over rank 0's numeric keys, the
+ * ranks that have the key as a number with a finite value. */
+static void check_spread(json_t *row, int i)
+{
+    json_t *spread = json_object_get(row, "per_rank");
+    int P0 = P();
+    mt_metrics **per = calloc((size_t)P0, sizeof *per);
+    for (int r = 0; r < P0; r++) {
+        per[r] = mt_metrics_new();
+        spread_metrics(i, r, per[r]);
+    }
+    size_t expected = 0;
+    for (size_t k = 0; k < mt_metrics_count(per[0]); k++) {
+        const char *key = mt_metrics_key(per[0], k);
+        if (mt_metrics_type(per[0], key) == MT_METRIC_STR)
+            continue;
+        double mn = INFINITY, mx = -INFINITY, sum = 0;
+        int n = 0;
+        for (int r = 0; r < P0; r++) {
+            double v;
+            if (mt_metrics_get_f64(per[r], key, &v) == MT_OK && isfinite(v))
+                mn = fmin(mn, v), mx = fmax(mx, v), sum += v, n++;
+        }
+        json_t *s = json_object_get(spread, key);
+        if (n == 0 || P() == 1) {
+            CU_ASSERT_PTR_NULL(s);
+            continue;
+        }
+        expected++;
+        CU_ASSERT_PTR_NOT_NULL(s);
+        if (!s) {
+            fprintf(stderr, "report %d: no per_rank entry for %s\n", i, key);
+            continue;
+        }
+        CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(s, "min")), mn, 1e-9);
+        CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(s, "max")), mx, 1e-9);
+        CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(s, "mean")), sum / n, 1e-9);
+        MT_ASSERT_INT_EQ(json_integer_value(json_object_get(s, "ranks")), n);
+    }
+    MT_ASSERT_INT_EQ(json_object_size(spread), expected); /* nothing rank 0 did not report */
+    if (!expected)
+        CU_ASSERT_PTR_NULL(spread);
+    for (int r = 0; r < P0; r++)
+        mt_metrics_free(&per[r]);
+    free(per);
+}
+
+static void test_per_rank_statistics(void)
+{
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("spread"), spread_body, NULL, NULL), MT_OK);
+    if (R() != 0)
+        return;
+    json_t *rows = rows_of("spread");
+    MT_ASSERT_INT_EQ(json_array_size(rows), SPREAD_REPORTS);
+    for (int i = 0; i < SPREAD_REPORTS && i < (int)json_array_size(rows); i++)
+        check_spread(json_array_get(rows, (size_t)i), i);
+    /* rank 0's own row keeps its strings and its NaN as today */
+    json_t *r5 = json_array_get(rows, 5), *r8 = json_array_get(rows, 8);
+    MT_ASSERT_STR_EQ(json_string_value(json_object_get(r5, "loss")), "NaN");
+    MT_ASSERT_STR_EQ(json_string_value(json_object_get(r8, "phase")), "eval");
+    json_decref(rows);
+}
+
 /* ------------------------------------------------------------ checkpoints */
 
 #define ROWS_PER_RANK(r) (3 + (r))
@@ -159,9 +302,12 @@ static int with_checkpoints(mt_context *c, void *arg)
     return rc;
 }
 
-static void test_checkpoint_contents_and_retention(void)
+/* The same checkpoints whether they are committed inside mt_report or by the commit
+ * thread (run.checkpoint.async_commit): retention, scoring, contents, files. */
+static void contents_and_retention(const char *name, bool async)
 {
-    mt_trainer_config cfg = mt_test_config("ckpt");
+    mt_trainer_config cfg = mt_test_config(name);
+    cfg.run.checkpoint.async_commit = async;
     cfg.run.checkpoint.num_to_keep = 2;
     cfg.run.checkpoint.score_attribute = "score";
     mt_result *res = NULL;
@@ -178,8 +324,8 @@ static void test_checkpoint_contents_and_retention(void)
     MT_ASSERT_STR_CONTAINS(mt_checkpoint_path(latest), "checkpoint_000003");
     if (R() == 0) {
         struct stat st;
-        CU_ASSERT(stat(mt_test_run_file("ckpt", "checkpoint_000000"), &st) != 0); /* dropped */
-        CU_ASSERT(stat(mt_test_run_file("ckpt", "checkpoint_000002/checkpoint.h5"), &st) == 0);
+        CU_ASSERT(stat(mt_test_run_file(name, "checkpoint_000000"), &st) != 0); /* dropped */
+        CU_ASSERT(stat(mt_test_run_file(name, "checkpoint_000002/checkpoint.h5"), &st) == 0);
         /* outside fit: the whole arrays, from rank 0's storage */
         float w[6];
         MT_ASSERT_INT_EQ(mt_checkpoint_get(latest, "w", MT_F32, w, 6), MT_OK);
@@ -209,7 +355,7 @@ static void test_checkpoint_contents_and_retention(void)
         MT_ASSERT_INT_EQ(mt_checkpoint_get(latest, "nope", MT_F32, NULL, 0), MT_ENOTFOUND);
         /* files: rank 0's at the top, the others under rank<r>/ */
         char buf[64] = "";
-        FILE *f = fopen(mt_test_run_file("ckpt", "checkpoint_000003/note.txt"), "r");
+        FILE *f = fopen(mt_test_run_file(name, "checkpoint_000003/note.txt"), "r");
         if (f) {
             CU_ASSERT_PTR_NOT_NULL(fgets(buf, sizeof buf, f));
             fclose(f);
@@ -218,7 +364,7 @@ static void test_checkpoint_contents_and_retention(void)
         if (P() > 1) {
             char p[64];
             snprintf(p, sizeof p, "checkpoint_000003/rank%d/note.txt", P() - 1);
-            f = fopen(mt_test_run_file("ckpt", p), "r");
+            f = fopen(mt_test_run_file(name, p), "r");
             buf[0] = '\0';
             if (f) {
                 CU_ASSERT_PTR_NOT_NULL(fgets(buf, sizeof buf, f));
@@ -231,7 +377,7 @@ static void test_checkpoint_contents_and_retention(void)
         /* mt_result_load gives the same picture */
         mt_result *loaded = NULL;
         char dir[1024];
-        snprintf(dir, sizeof dir, "%s/ckpt", mt_test_storage());
+        snprintf(dir, sizeof dir, "%s/%s", mt_test_storage(), name);
         MT_ASSERT_INT_EQ(mt_result_load(dir, &loaded), MT_OK);
         MT_ASSERT_INT_EQ(mt_result_num_best(loaded), 3);
         MT_ASSERT_STR_EQ(mt_checkpoint_path(mt_result_checkpoint(loaded)),
@@ -245,6 +391,16 @@ static void test_checkpoint_contents_and_retention(void)
         MT_ASSERT_STR_CONTAINS(mt_last_error(), "is not a run directory");
     }
     mt_result_free(&res);
+}
+
+static void test_checkpoint_contents_and_retention(void)
+{
+    contents_and_retention("ckpt", false);
+}
+
+static void test_async_contents_and_retention(void)
+{
+    contents_and_retention("ckpt_async", true);
 }
 
 /* ------------------------------------------------------------ resume */
@@ -535,9 +691,12 @@ static int preemptible(mt_context *c, void *varg)
     return rc;
 }
 
-static void test_frequency_and_preemption(void)
+/* A stop request while commits are asynchronous: the checkpoint that ends the run is
+ * committed before mt_report returns MT_ESTOP (and the one in flight before it). */
+static void frequency_and_preemption(const char *name, bool async)
 {
-    mt_trainer_config cfg = mt_test_config("preempt");
+    mt_trainer_config cfg = mt_test_config(name);
+    cfg.run.checkpoint.async_commit = async;
     cfg.run.checkpoint.frequency = 3;
     preempt_arg a = {.raise_at = 4};
     mt_result *res = NULL;
@@ -551,7 +710,7 @@ static void test_frequency_and_preemption(void)
     MT_ASSERT_STR_CONTAINS(mt_result_error(res), "preempted: a stop request");
     mt_result_free(&res);
     if (R() == 0) {
-        json_t *run = json_load_file(mt_test_run_file("preempt", "run.json"), 0, NULL);
+        json_t *run = json_load_file(mt_test_run_file(name, "run.json"), 0, NULL);
         MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "status")), "preempted");
         MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "latest")), "checkpoint_000001");
         json_decref(run);
@@ -559,6 +718,16 @@ static void test_frequency_and_preemption(void)
     /* a rerun resumes after the committed checkpoint and completes */
     preempt_arg b = {.raise_at = -1};
     MT_ASSERT_INT_EQ(mt_test_fit(cfg, preemptible, &b, NULL), MT_OK);
+}
+
+static void test_frequency_and_preemption(void)
+{
+    frequency_and_preemption("preempt", false);
+}
+
+static void test_async_preemption(void)
+{
+    frequency_and_preemption("preempt_async", true);
 }
 
 /* ------------------------------------------------------------ metrics: getters, reserved keys */
@@ -982,15 +1151,223 @@ static void test_commit_fails_part_way(void)
     unsetenv("MT_CHECKPOINT_BUFFER");
 }
 
+/* ------------------------------------------------------------ asynchronous commits */
+
+/* Reports with a sharded checkpoint of 256 rows per rank (row i of rank r holds
+ * r * 512 + i, as rows_come_back expects); what each report returned, and whether rank 0
+ * saw checkpoint_000000 published when the first report returned. */
+typedef struct {
+    int reports;      /* reports, each with a checkpoint unless plain_after says */
+    int plain_after;  /* reports after this many carry no checkpoint (0: all do) */
+    const char *go;   /* created by rank 0 after the first report (a resume file) */
+    int rc[4];
+    char msg[4][MT__MSG_LEN];
+    bool first_published;
+} async_arg;
+
+static int async_reports(mt_context *c, void *varg)
+{
+    async_arg *a = varg;
+    size_t rows = 256;
+    double *part = calloc(rows * 2, sizeof *part);
+    for (size_t i = 0; part && i < rows * 2; i++)
+        part[i] = (double)((size_t)mt_world_rank(c) * rows * 2 + i);
+    for (int k = 0; k < a->reports; k++) {
+        bool with = !a->plain_after || k < a->plain_after;
+        mt_checkpoint *ck = with ? mt_checkpoint_new() : NULL;
+        if (ck)
+            mt_checkpoint_put(ck, "rows", MT_F64, 2, (size_t[]){rows, 2}, part, MT_SHARDED);
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_i64(m, "k", k);
+        a->rc[k] = mt_report(c, m, ck);
+        snprintf(a->msg[k], sizeof a->msg[k], "%s", a->rc[k] ? mt_last_error() : "");
+        /* the arrays are staged: what the report borrowed may change at once */
+        for (size_t i = 0; part && i < rows * 2; i++)
+            part[i] = -1;
+        for (size_t i = 0; part && i < rows * 2; i++)
+            part[i] = (double)((size_t)mt_world_rank(c) * rows * 2 + i);
+        if (k == 0 && mt_world_rank(c) == 0) {
+            struct stat st;
+            char dir[1024];
+            snprintf(dir, sizeof dir, "%s/checkpoint_000000", mt_run_dir(c));
+            a->first_published = stat(dir, &st) == 0;
+            if (a->go) {
+                FILE *f = fopen(a->go, "w");
+                if (f)
+                    fclose(f);
+            }
+        }
+        mt_metrics_free(&m);
+        mt_checkpoint_free(&ck);
+    }
+    free(part);
+    return MT_OK;
+}
+
+static bool published(const char *name, const char *ck)
+{
+    struct stat st;
+    return stat(mt_test_run_file(name, ck), &st) == 0;
+}
+
+/* The checkpoint in name's folder ck restores every rank's rows (another run resuming
+ * from it). */
+static void restores(const char *name, const char *ck)
+{
+    char from[64], dir[1024];
+    snprintf(from, sizeof from, "%s_restored", name);
+    snprintf(dir, sizeof dir, "%s", mt_test_run_file(name, ck));
+    mt_trainer_config cfg = mt_test_config(from);
+    cfg.run.resume_from_checkpoint = dir;
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, rows_come_back, NULL, NULL), MT_OK);
+}
+
+/* mt_report returns while rank 0's commit thread is held inside the commit (the test
+ * hook, until the first report has returned everywhere and rank 0 made the resume
+ * file): the commit overlaps what follows; the next report with a checkpoint waits for
+ * it; the fit's end waits for the last one; retention (num_to_keep 1) and the result
+ * see only committed checkpoints. */
+static void test_async_report_returns_while_held(void)
+{
+    char go[1024];
+    snprintf(go, sizeof go, "%s", mt_test_run_file("async_held", "go"));
+    setenv("MT_TEST_COMMIT_PAUSE", "120", 1);
+    setenv("MT_TEST_COMMIT_PAUSE_AT", "0", 1);
+    setenv("MT_TEST_COMMIT_RESUME_FILE", go, 1);
+    mt_trainer_config cfg = mt_test_config("async_held");
+    cfg.run.checkpoint.async_commit = true;
+    cfg.run.checkpoint.num_to_keep = 1;
+    async_arg a = {.reports = 3, .go = go};
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, async_reports, &a, &res), MT_OK);
+    unsetenv("MT_TEST_COMMIT_PAUSE");
+    unsetenv("MT_TEST_COMMIT_PAUSE_AT");
+    unsetenv("MT_TEST_COMMIT_RESUME_FILE");
+    for (int k = 0; k < 3; k++)
+        MT_ASSERT_INT_EQ(a.rc[k], MT_OK);
+    if (R() == 0)
+        CU_ASSERT(!a.first_published); /* returned while the commit was held */
+    MT_ASSERT_STR_CONTAINS(mt_checkpoint_path(mt_result_checkpoint(res)), "checkpoint_000002");
+    MT_ASSERT_INT_EQ(mt_result_num_best(res), 1);
+    mt_result_free(&res);
+    if (R() == 0) {
+        CU_ASSERT(!published("async_held", "checkpoint_000000")); /* retention's */
+        CU_ASSERT(!published("async_held", "checkpoint_000001"));
+        CU_ASSERT(published("async_held", "checkpoint_000002/checkpoint.h5"));
+        json_t *run = json_load_file(mt_test_run_file("async_held", "run.json"), 0, NULL);
+        MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "latest")), "checkpoint_000002");
+        json_decref(run);
+    }
+    restores("async_held", "checkpoint_000002");
+}
+
+/* The training function returns right after its only report, while the commit is held
+ * for a second: fit waits for it, and it is the result's checkpoint. */
+static void test_async_fit_end_waits(void)
+{
+    setenv("MT_TEST_COMMIT_PAUSE", "1", 1);
+    setenv("MT_TEST_COMMIT_PAUSE_AT", "0", 1);
+    mt_trainer_config cfg = mt_test_config("async_end");
+    cfg.run.checkpoint.async_commit = true;
+    async_arg a = {.reports = 1};
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, async_reports, &a, &res), MT_OK);
+    unsetenv("MT_TEST_COMMIT_PAUSE");
+    unsetenv("MT_TEST_COMMIT_PAUSE_AT");
+    MT_ASSERT_INT_EQ(a.rc[0], MT_OK);
+    MT_ASSERT_STR_CONTAINS(mt_checkpoint_path(mt_result_checkpoint(res)), "checkpoint_000000");
+    mt_result_free(&res);
+    restores("async_end", "checkpoint_000000");
+}
+
+/* A commit that fails in its thread, on one rank (MT_CHECKPOINT_BUFFER of 4 KiB: several
+ * pieces a rank): rank 0's write of its second piece (commit-write), or the last rank's
+ * send after its first piece (commit-send: only that rank fails). The report that staged
+ * it returned MT_OK; the next report is the failure on every rank (the failing rank its
+ * own error, the others MT_EPEER naming it), and only once; nothing is published. */
+static void test_async_failure_at_next_report(void)
+{
+    char send[32];
+    snprintf(send, sizeof send, "commit-send:%d", P() - 1);
+    struct {
+        const char *fail_at, *says;
+        int who;
+    } cases[] = {{"commit-write:0", "writing rows", 0}, {send, "sending rows from", P() - 1}};
+    setenv("MT_CHECKPOINT_BUFFER", "4096", 1);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (cases[i].who == P() - 1 && P() == 1)
+            continue; /* no sender at one rank */
+        char name[64];
+        snprintf(name, sizeof name, "async_fails_%zu", i);
+        setenv("MT_TEST_FAIL_AT", cases[i].fail_at, 1);
+        mt_trainer_config cfg = mt_test_config(name);
+        cfg.run.checkpoint.async_commit = true;
+        async_arg a = {.reports = 3, .plain_after = 2};
+        MT_ASSERT_INT_EQ(mt_test_fit(cfg, async_reports, &a, NULL), MT_OK);
+        unsetenv("MT_TEST_FAIL_AT");
+        MT_ASSERT_INT_EQ(a.rc[0], MT_OK);
+        MT_ASSERT_INT_EQ(a.rc[1], R() == cases[i].who ? MT_EIO : MT_EPEER);
+        MT_ASSERT_STR_CONTAINS(a.msg[1], "asynchronous commit");
+        MT_ASSERT_STR_CONTAINS(a.msg[1], cases[i].says);
+        if (R() != cases[i].who) {
+            char who[32];
+            snprintf(who, sizeof who, "rank %d failed", cases[i].who);
+            MT_ASSERT_STR_CONTAINS(a.msg[1], who);
+        }
+        MT_ASSERT_INT_EQ(a.rc[2], MT_OK); /* told once */
+        if (R() == 0) {
+            CU_ASSERT(!published(name, "checkpoint_000000"));
+            CU_ASSERT(!published(name, ".checkpoint_000000.tmp"));
+        }
+    }
+    unsetenv("MT_CHECKPOINT_BUFFER");
+}
+
+/* No thread on the last rank (commit-thread: it could not be started): that rank runs the
+ * same protocol inside mt_report, the others in their threads; both checkpoints commit. */
+static void test_async_without_thread(void)
+{
+    char at[32];
+    snprintf(at, sizeof at, "commit-thread:%d", P() - 1);
+    setenv("MT_TEST_FAIL_AT", at, 1);
+    mt_trainer_config cfg = mt_test_config("async_nothread");
+    cfg.run.checkpoint.async_commit = true;
+    async_arg a = {.reports = 2};
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, async_reports, &a, NULL), MT_OK);
+    unsetenv("MT_TEST_FAIL_AT");
+    MT_ASSERT_INT_EQ(a.rc[0], MT_OK);
+    MT_ASSERT_INT_EQ(a.rc[1], MT_OK);
+    restores("async_nothread", "checkpoint_000001");
+}
+
+/* Asynchronous commits on the last rank only: every rank's report with a checkpoint is
+ * MT_EINVAL saying so, and nothing is committed. */
+static void test_async_on_some_ranks_only(void)
+{
+    if (P() == 1)
+        return;
+    mt_trainer_config cfg = mt_test_config("async_some");
+    cfg.run.checkpoint.async_commit = R() == P() - 1;
+    async_arg a = {.reports = 1};
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, async_reports, &a, NULL), MT_OK);
+    MT_ASSERT_INT_EQ(a.rc[0], MT_EINVAL);
+    MT_ASSERT_STR_CONTAINS(a.msg[0], "async_commit is on for some ranks and off for others");
+    if (R() == 0)
+        CU_ASSERT(!published("async_some", "checkpoint_000000"));
+}
+
 static const mt_test tests[] = {
     {"report_files", test_report_files},
+    {"per_rank_statistics", test_per_rank_statistics},
     {"checkpoint_contents_and_retention", test_checkpoint_contents_and_retention},
+    {"async_contents_and_retention", test_async_contents_and_retention},
     {"resume_after_failure", test_resume_after_failure},
     {"retries", test_retries},
     {"retry_preparation_fails", test_retry_preparation_fails},
     {"corrupt_latest_is_skipped", test_corrupt_latest_is_skipped},
     {"bad_inputs", test_bad_inputs},
     {"frequency_and_preemption", test_frequency_and_preemption},
+    {"async_preemption", test_async_preemption},
     {"metrics_getters_reject_null", test_metrics_getters_reject_null},
     {"reserved_keys_refused", test_reserved_keys_refused},
     {"reserved_key_in_report", test_reserved_key_in_report},
@@ -999,6 +1376,11 @@ static const mt_test tests[] = {
     {"run_lock_refuses_second_owner", test_run_lock_refuses_second_owner},
     {"checkpoint_file_checked_at_commit", test_checkpoint_file_checked_at_commit},
     {"commit_fails_part_way", test_commit_fails_part_way},
+    {"async_report_returns_while_held", test_async_report_returns_while_held},
+    {"async_fit_end_waits", test_async_fit_end_waits},
+    {"async_failure_at_next_report", test_async_failure_at_next_report},
+    {"async_without_thread", test_async_without_thread},
+    {"async_on_some_ranks_only", test_async_on_some_ranks_only},
     {NULL, NULL},
 };
 

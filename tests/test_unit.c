@@ -69,6 +69,19 @@ static void test_config_defaults(void)
     MT_ASSERT_INT_EQ(cfg.data.memory_limit, (size_t)1 << 30);
     MT_ASSERT_INT_EQ(cfg.run.checkpoint.num_to_keep, 0);
     MT_ASSERT_INT_EQ(cfg.run.failure.max_failures, 0);
+    CU_ASSERT_FALSE(cfg.run.checkpoint.async_commit);
+    MT_ASSERT_INT_EQ(cfg.run.checkpoint.staging_bytes, (size_t)1 << 30);
+    /* the environment decides what was left at zero, never what was set */
+    setenv("MT_CHECKPOINT_ASYNC", "1", 1);
+    setenv("MT_CHECKPOINT_STAGING", "1048576", 1);
+    mt_trainer_config env = {0}, own = {.run.checkpoint.staging_bytes = 4096};
+    mt_config_defaults(&env);
+    mt_config_defaults(&own);
+    unsetenv("MT_CHECKPOINT_ASYNC");
+    unsetenv("MT_CHECKPOINT_STAGING");
+    CU_ASSERT_TRUE(env.run.checkpoint.async_commit);
+    MT_ASSERT_INT_EQ(env.run.checkpoint.staging_bytes, 1048576);
+    MT_ASSERT_INT_EQ(own.run.checkpoint.staging_bytes, 4096);
     /* set fields are kept */
     mt_trainer_config set = {.run = {.storage_path = "/x", .verbose = 2,
                                      .failure = {.stall_warn_s = 1, .stall_timeout_s = 2}}};
@@ -87,7 +100,7 @@ static void test_config_validate_lists_every_problem(void)
         .scaling = {.num_workers = -1, .cpus_per_worker = -3},
         .run = {.name = "a/b", .verbose = 7,
                 .checkpoint = {.num_to_keep = -2, .score_attribute = "", .score_order = 5,
-                               .frequency = -1},
+                               .frequency = -1, .staging_bytes = (size_t)1 << 41},
                 .failure = {.max_failures = -5, .stall_warn_s = 30, .stall_timeout_s = 10}},
         .data = {.datasets_to_split = split},
     };
@@ -101,13 +114,14 @@ static void test_config_validate_lists_every_problem(void)
     MT_ASSERT_STR_CONTAINS(m, "run.checkpoint.score_attribute must not be empty");
     MT_ASSERT_STR_CONTAINS(m, "run.checkpoint.score_order must be MT_ORDER_MAX or MT_ORDER_MIN (got 5)");
     MT_ASSERT_STR_CONTAINS(m, "run.checkpoint.frequency must be >= 0 (got -1)");
+    MT_ASSERT_STR_CONTAINS(m, "run.checkpoint.staging_bytes must be at most 1 TiB (got 2199023255552)");
     MT_ASSERT_STR_CONTAINS(m, "run.failure.max_failures must be >= -1 (got -5)");
     MT_ASSERT_STR_CONTAINS(m, "run.failure.stall_timeout_s must be >= run.failure.stall_warn_s (got 10 < 30)");
     MT_ASSERT_STR_CONTAINS(m, "data.datasets_to_split[1] must not be empty");
     int lines = 1;
     for (const char *p = m; *p; p++)
         lines += *p == '\n';
-    MT_ASSERT_INT_EQ(lines, 11);
+    MT_ASSERT_INT_EQ(lines, 12);
 }
 
 static void test_config_validate_single_fields(void)
@@ -151,7 +165,8 @@ static void test_config_from_args_all_options(void)
     char *args[] = {"prog", "--name", "exp", "--storage-path=/tmp/s", "--num-workers", "4",
                     "--cpus-per-worker=2", "--max-failures", "-1", "--num-to-keep", "3",
                     "--checkpoint-score-attribute", "val/acc", "--checkpoint-score-order=min",
-                    "--checkpoint-frequency", "5", "--checkpoint-at-end", "--overwrite", "--stall-warn", "1.5",
+                    "--checkpoint-frequency", "5", "--checkpoint-at-end", "--checkpoint-async",
+                    "--checkpoint-staging=268435456", "--overwrite", "--stall-warn", "1.5",
                     "--stall-timeout=9", "--verbose", "2", "--lr", "0.1", "data.h5", NULL};
     mt_trainer_config cfg = {0};
     int argc;
@@ -167,6 +182,8 @@ static void test_config_from_args_all_options(void)
     MT_ASSERT_INT_EQ(cfg.run.checkpoint.score_order, MT_ORDER_MIN);
     MT_ASSERT_INT_EQ(cfg.run.checkpoint.frequency, 5);
     CU_ASSERT_TRUE(cfg.run.checkpoint.at_end);
+    CU_ASSERT_TRUE(cfg.run.checkpoint.async_commit);
+    MT_ASSERT_INT_EQ(cfg.run.checkpoint.staging_bytes, (size_t)256 << 20);
     CU_ASSERT_TRUE(cfg.run.overwrite);
     CU_ASSERT_DOUBLE_EQUAL(cfg.run.failure.stall_warn_s, 1.5, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(cfg.run.failure.stall_timeout_s, 9.0, 1e-12);
@@ -189,6 +206,9 @@ static void test_config_from_args_errors(void)
         {{"--verbose", "3"}, "option --verbose: '3' is not 0, 1 or 2"},
         {{"--num-to-keep", "99999999999"}, "option --num-to-keep: '99999999999' is not an integer"},
         {{"--checkpoint-at-end=yes"}, "option --checkpoint-at-end takes no value"},
+        {{"--checkpoint-async=1"}, "option --checkpoint-async takes no value"},
+        {{"--checkpoint-staging", "0"}, "option --checkpoint-staging"},
+        {{"--checkpoint-staging", "1G"}, "option --checkpoint-staging"},
         {{"--name"}, "option --name needs a value"},
         {{"--name", "--"}, "option --name needs a value"}, /* "--" is the program's */
     };
@@ -733,6 +753,8 @@ static void test_env_knobs_strict(void)
     MT_ASSERT_INT_EQ(mt__env_validate(), MT_OK);
     setenv("MT_FUSION_BYTES", "-1", 1);
     setenv("MT_CHECKPOINT_BUFFER", "lots", 1);
+    setenv("MT_CHECKPOINT_ASYNC", "on", 1);
+    setenv("MT_CHECKPOINT_STAGING", "0", 1);
     setenv("MT_IO_READAHEAD", "yes", 1);
     setenv("MT_IO_COLLECTIVE", "2", 1);
     setenv("MT_FUSION_SHM", "off", 1);
@@ -746,6 +768,8 @@ static void test_env_knobs_strict(void)
     MT_ASSERT_STR_CONTAINS(m, "MT_FUSION_COMPRESS: 'fp8' is not one of none, fp16, bf16");
     MT_ASSERT_STR_CONTAINS(m, "MT_FUSION_BYTES: '-1'");
     MT_ASSERT_STR_CONTAINS(m, "MT_CHECKPOINT_BUFFER: 'lots'");
+    MT_ASSERT_STR_CONTAINS(m, "MT_CHECKPOINT_ASYNC: 'on' is not 0 or 1");
+    MT_ASSERT_STR_CONTAINS(m, "MT_CHECKPOINT_STAGING: '0'");
     MT_ASSERT_STR_CONTAINS(m, "MT_IO_READAHEAD: 'yes' is not 0 or 1");
     MT_ASSERT_STR_CONTAINS(m, "MT_IO_COLLECTIVE: '2'");
     MT_ASSERT_STR_CONTAINS(m, "MT_FUSION_SHM: 'off'");
@@ -759,7 +783,8 @@ static void test_env_knobs_strict(void)
     CU_ASSERT(mt__env_knob_u64("MT_CHECKPOINT_BUFFER", 123) == 123);
     setenv("MT_CHECKPOINT_BUFFER", "1048576", 1);
     CU_ASSERT(mt__env_knob_u64("MT_CHECKPOINT_BUFFER", 123) == 1048576);
-    const char *names[] = {"MT_FUSION_BYTES", "MT_CHECKPOINT_BUFFER", "MT_IO_READAHEAD",
+    const char *names[] = {"MT_FUSION_BYTES", "MT_CHECKPOINT_BUFFER", "MT_CHECKPOINT_ASYNC",
+                           "MT_CHECKPOINT_STAGING", "MT_IO_READAHEAD",
                            "MT_IO_COLLECTIVE", "MT_FUSION_SHM", "MT_FUSION_SLEEP",
                            "MT_TEST_COMMIT_PAUSE", "MT_FUSION_COMPRESS"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
@@ -1115,8 +1140,97 @@ static void test_stale_shm(void)
     }
 }
 
+/* ------------------------------------------------------------ epoch plans */
+
+/* Every row of the dataset exactly once per epoch over all ranks' windows (split: the
+ * ranks' parts of the order), each rank its own count, with and without shuffling; a
+ * shuffled order differs between epochs and is the same for the same seed and epoch. */
+static void test_plan_covers_every_row_once(void)
+{
+    int64_t ns[] = {1, 7, 100, 1000, 12345};
+    int64_t Bs[] = {1, 3, 64, 5000};
+    for (size_t a = 0; a < 5; a++)
+        for (size_t bi = 0; bi < 4; bi++)
+            for (int shuffle = 0; shuffle < 2; shuffle++)
+                for (int p = 1; p <= 3; p += 2) {
+                    int64_t n = ns[a], B = Bs[bi], rows = n / p, W = rows > 10 ? rows / 3 : 1;
+                    unsigned char *seen = calloc((size_t)n, 1);
+                    int64_t total = 0;
+                    for (int r = 0; r < p && rows; r++) {
+                        mt__plan pl;
+                        mt__plan_make(&pl, n, B, shuffle, 42, 3, r * rows, rows);
+                        int64_t mine = 0;
+                        for (int64_t k = 0; k * W < rows; k++) {
+                            mt__run *runs = NULL;
+                            int nr = 0;
+                            MT_ASSERT_INT_EQ(mt__plan_runs(&pl, k * W, k * W + W, &runs, &nr, "t"),
+                                             MT_OK);
+                            for (int i = 0; i < nr; i++) {
+                                CU_ASSERT(runs[i].start >= 0 && runs[i].start + runs[i].count <= n);
+                                CU_ASSERT(i == 0 || runs[i - 1].start + runs[i - 1].count < runs[i].start);
+                                for (int64_t x = runs[i].start;
+                                     x < runs[i].start + runs[i].count && x < n; x++)
+                                    seen[x]++;
+                                mine += runs[i].count;
+                            }
+                            free(runs);
+                        }
+                        MT_ASSERT_INT_EQ(mine, rows);
+                        total += mine;
+                    }
+                    int64_t once = 0, more = 0;
+                    for (int64_t x = 0; x < n; x++)
+                        once += seen[x] == 1, more += seen[x] > 1;
+                    MT_ASSERT_INT_EQ(once, total);
+                    MT_ASSERT_INT_EQ(more, 0);
+                    free(seen);
+                }
+    /* the order: the same for the same seed and epoch, another for the next epoch */
+    mt__plan e3, again, e4;
+    mt__plan_make(&e3, 100000, 10, true, 7, 3, 0, 100000);
+    mt__plan_make(&again, 100000, 10, true, 7, 3, 0, 100000);
+    mt__plan_make(&e4, 100000, 10, true, 7, 4, 0, 100000);
+    mt__run *r1, *r2, *r3;
+    int n1, n2, n3;
+    MT_ASSERT_INT_EQ(mt__plan_runs(&e3, 0, 50, &r1, &n1, "t"), MT_OK);
+    MT_ASSERT_INT_EQ(mt__plan_runs(&again, 0, 50, &r2, &n2, "t"), MT_OK);
+    MT_ASSERT_INT_EQ(mt__plan_runs(&e4, 0, 50, &r3, &n3, "t"), MT_OK);
+    MT_ASSERT_INT_EQ(n1, n2);
+    CU_ASSERT(n1 == n2 && !memcmp(r1, r2, (size_t)n1 * sizeof *r1));
+    CU_ASSERT(n1 != n3 || memcmp(r1, r3, (size_t)n1 * sizeof *r1));
+    free(r1), free(r2), free(r3);
+}
+
+/* A plan is a few words whatever the rows: 10^10 and 2^50 rows plan like 10^6, and a
+ * window's runs are as many as its blocks (here 4 blocks of 2^18 rows: at most 5 runs). */
+static void test_plan_size_is_not_in_rows(void)
+{
+    int64_t ns[] = {1000000, 10000000000LL, (int64_t)1 << 50, INT64_MAX / 2};
+    for (size_t a = 0; a < 4; a++) {
+        int64_t B = (int64_t)1 << 18, rows = ns[a] / 3;
+        mt__plan pl;
+        mt__plan_make(&pl, ns[a], B, true, 1, 0, rows, rows); /* rank 1 of 3 */
+        CU_ASSERT(sizeof pl <= 128);
+        for (int64_t k = 0; k < 3 && k * 4 * B < rows; k++) {
+            mt__run *runs = NULL;
+            int nr = 0;
+            int64_t lo = k * 4 * B, hi = lo + 4 * B < rows ? lo + 4 * B : rows, sum = 0;
+            MT_ASSERT_INT_EQ(mt__plan_runs(&pl, lo, lo + 4 * B, &runs, &nr, "t"), MT_OK);
+            CU_ASSERT(nr >= 1 && nr <= 5);
+            for (int i = 0; i < nr; i++) {
+                CU_ASSERT(runs[i].start >= 0 && runs[i].start + runs[i].count <= ns[a]);
+                sum += runs[i].count;
+            }
+            MT_ASSERT_INT_EQ(sum, hi - lo);
+            free(runs);
+        }
+    }
+}
+
 static const mt_test tests[] = {
     {"format_doubles", test_format_doubles},
+    {"plan_covers_every_row_once", test_plan_covers_every_row_once},
+    {"plan_size_is_not_in_rows", test_plan_size_is_not_in_rows},
     {"metrics", test_metrics},
     {"set_error", test_set_error},
     {"retention_vectors", test_retention_vectors},

@@ -46,6 +46,8 @@ compare() { # compare PARAMS NP
         case "$shown" in
         "~/"*) shown="$HOME/${shown#\~/}" ;;
         "the job's ranks") shown=$2 ;; "no check") shown=0 ;; "none: newest wins") shown=null ;;
+        *"_<date>_<time>") # PROG_YYYY-MM-DD_HH-MM-SS, maybe with -N after it
+            case "$used" in "${shown%_<date>_<time>}"_[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]_[0-9][0-9]-[0-9][0-9]-[0-9][0-9]*) shown=$used ;; esac ;;
         off) shown=false ;; on) shown=true ;;
         esac
         [ "$key" = verbose ] && [ "$used" = -1 ] && used=0
@@ -126,8 +128,9 @@ if [ $rc -eq 0 ] && grep -q "^rank 1/2: .* host $(hostname) cpu-list " "$out" \
 else bad "mpitrain-info wrote something (exit $rc): $(ls -A "$HOME" "$TMPDIR" | tr '\n' ' ')"; fi
 "$run" 2 "$b/tools/mpitrain-info" --storage-path "$store/kept" >"$out" 2>"$err"
 rc=$?
-diff=$(compare "$store/kept/mpitrain-info/params.json" 2)
-if [ $rc -eq 0 ] && [ -f "$store/kept/mpitrain-info/run.json" ] && [ -z "$diff" ]; then
+kept=$(ls -d "$store/kept"/mpitrain-info_* 2>/dev/null | head -n 1)
+diff=$(compare "$kept/params.json" 2)
+if [ $rc -eq 0 ] && [ -n "$kept" ] && [ -f "$kept/run.json" ] && [ -z "$diff" ]; then
     ok "mpitrain-info --storage-path keeps its run there, with the defaults its help shows"
 else bad "mpitrain-info --storage-path (exit $rc)"; echo "$diff"; fi
 "$run" 2 "$b/tools/mpitrain-info" --num-to-keep 2 >"$out" 2>"$err"

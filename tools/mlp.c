@@ -39,7 +39,9 @@ static float rng_normal(uint64_t *s)
 
 bool mlp_overlap(const mt_context *c)
 {
-    return mt_local_world_size(c) < mt_world_size(c);
+    (void)c;
+    const char *e = getenv("MT_OVERLAP");
+    return e && !strcmp(e, "1");
 }
 
 size_t mlp_grad_count(void)

@@ -61,12 +61,16 @@ size_t mlp_bucket_bytes(const model *m);
 /* Floats in the last of those buckets: what becomes ready only when backward ends (the
  * last row block and the first layer's biases). */
 size_t mlp_tail_floats(const model *m);
-/* Local: whether averaging should overlap the backward pass, the rule the trainer and
- * the train suite follow: when the ranks span nodes (the wait is for the network, and a
- * rank waiting uses no CPU). On one node the average is memory work on the cores that
- * compute, so nothing hides behind it and every bucket costs a hand-over: one bucket,
- * reduced in mt_fusion_wait (train suite, 2 ranks, one node: 0.94-0.96x of the
- * no-communication rate against 0.84-0.86x with the row blocks). */
+/* Local: whether averaging should overlap the backward pass (a bucket per layer and per
+ * row block, handed over as backward produces them), the rule the trainer and the train
+ * suite follow: only when MT_OVERLAP=1. By default one bucket, averaged in mt_fusion_wait
+ * after backward, because that measured faster on every layout: on one node the average
+ * is memory work on the cores that compute (train suite, 2 ranks: 0.94-0.96x of the
+ * no-communication rate against 0.84-0.86x with the row blocks), and across emulated nodes
+ * whose ranks share a CPU with their fusion thread, row blocks ran at 0.43x-0.55x of one
+ * bucket after backward (benchmarks/cluster_bench.sh, 2x1 and 2x2 on three link
+ * profiles; docs/benchmarks.md). Where a rank has cores to spare for its fusion thread
+ * and a slow link, overlap can win: measure with the train suite, which runs both. */
 bool mlp_overlap(const mt_context *c);
 /* Mean cross-entropy; gradients into gw/gb, each tensor marked ready in f (ids from
  * mlp_register) as soon as it is computed; f NULL: none is (no averaging, or all of it

@@ -34,7 +34,7 @@ static void usage(FILE *out)
             "                                       /dev/shm that jobs killed outright left\n"
             "                                       behind, which the next job to start on this\n"
             "                                       machine removes; removes nothing itself\n");
-    const mt_trainer_config shown = {.run = {.name = "mpitrain-info",
+    const mt_trainer_config shown = {.run = {.name = "mpitrain-info_<date>_<time>",
                                              .storage_path = "a temporary folder, removed at exit"}};
     mt_config_help_only(out, &shown, lib_options);
 }
@@ -150,7 +150,11 @@ int main(int argc, char **argv)
         mt_finalize();
         return rc ? MT_EXIT_USAGE : 0;
     }
-    char tmp[4096] = "";
+    char tmp[4096] = "", name[256];
+    if (asked && cfg.run.name == default_name) { /* a storage path only: a new run there */
+        scratch_run_name("mpitrain-info", cfg.run.storage_path, name, sizeof name);
+        cfg.run.name = name;
+    }
     if (!asked) { /* collective over MPI_COMM_WORLD: every rank learns a failure */
         if (scratch_make(getenv("TMPDIR"), "mpitrain-info", true, tmp, sizeof tmp))
             rc = MT_EIO;

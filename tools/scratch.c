@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 int scratch_make(const char *base, const char *prog, bool share, char *path, size_t len)
 {
@@ -34,6 +36,28 @@ int scratch_make(const char *base, const char *prog, bool share, char *path, siz
         MPI_Bcast(path, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD);
     }
     return rc;
+}
+
+void scratch_run_name(const char *prog, const char *storage_path, char *name, size_t len)
+{
+    if (mt_job_rank() == 0) {
+        char stamp[32];
+        time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        strftime(stamp, sizeof stamp, "%Y-%m-%d_%H-%M-%S", &tm);
+        snprintf(name, len, "%s_%s", prog, stamp);
+        for (int k = 2; k < 1000; k++) {
+            char dir[4096];
+            struct stat st;
+            snprintf(dir, sizeof dir, "%s/%s", storage_path ? storage_path : ".", name);
+            if (lstat(dir, &st) != 0)
+                break;
+            snprintf(name, len, "%s_%s-%d", prog, stamp, k);
+        }
+    }
+    MPI_Bcast(name, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD);
+    name[len - 1] = '\0';
 }
 
 static int remove_one(const char *p, const struct stat *st, int flag, struct FTW *f)

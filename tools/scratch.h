@@ -13,6 +13,12 @@
  * ranks get "" (they write nothing there). 0, or -1 with the reason printed by rank 0 (with
  * share, on every rank: -1 everywhere). */
 int scratch_make(const char *base, const char *prog, bool share, char *path, size_t len);
+/* Collective over MPI_COMM_WORLD: the name of a diagnostic program's kept run when the
+ * user gave a storage path but no name: PROG_YYYY-MM-DD_HH-MM-SS (local time, as the
+ * trainer's mt_<date>_<time>), with -2, -3 ... appended while storage_path holds that
+ * name already, so running the program again never meets its last run (a name the user
+ * gives is refused when it exists). Rank 0's name, on every rank. */
+void scratch_run_name(const char *prog, const char *storage_path, char *name, size_t len);
 /* Job rank 0: remove path and everything in it (no-op for "" and on other ranks); the
  * program's own folder only. */
 void scratch_remove(const char *path);

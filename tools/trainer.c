@@ -158,9 +158,10 @@ static int train(mt_context *c, void *arg)
     float *grad = NULL;
     model m;
     memset(&m, 0, sizeof m);
-    /* across nodes a bucket per layer and per row block of the first layer (mlp.h), so
-     * that averaging overlaps the backward pass; on one node one bucket, averaged in the
-     * wait (mlp_overlap says why); MT_FUSION_BYTES, when set, decides the size instead */
+    /* one bucket, averaged in the wait after backward; with MT_OVERLAP=1 a bucket per
+     * layer and per row block of the first layer (mlp.h), so that averaging overlaps the
+     * backward pass (mlp_overlap says why it is not the default); MT_FUSION_BYTES, when
+     * set, decides the size instead */
     bool overlap = mlp_overlap(c);
     mt_fusion_options fo = o->fusion;
     if (!getenv("MT_FUSION_BYTES"))

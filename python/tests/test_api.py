@@ -71,6 +71,9 @@ def test_config_defaults_are_rays():
      "CheckpointConfig.checkpoint_score_order"),
     (dict(run_config=RunConfig(checkpoint_config=CheckpointConfig(checkpoint_score_attribute=""))),
      "CheckpointConfig.checkpoint_score_attribute"),
+    (dict(run_config=RunConfig(checkpoint_config=CheckpointConfig(
+        checkpoint_async=True, checkpoint_staging_bytes=2**41))),
+     "CheckpointConfig.checkpoint_staging_bytes"),
     (dict(run_config=RunConfig(failure_config=FailureConfig(max_failures=-2))),
      "FailureConfig.max_failures"),
     (dict(run_config=RunConfig(failure_config=FailureConfig(stall_warn_s=10, stall_timeout_s=5))),

@@ -26,6 +26,7 @@ _NAMES = {
     "run.checkpoint.score_attribute": "CheckpointConfig.checkpoint_score_attribute",
     "run.checkpoint.score_order": "CheckpointConfig.checkpoint_score_order",
     "run.checkpoint.frequency": "CheckpointConfig.checkpoint_frequency",
+    "run.checkpoint.staging_bytes": "CheckpointConfig.checkpoint_staging_bytes",
     "run.resume_from_checkpoint": "resume_from_checkpoint",
     "run.failure.max_failures": "FailureConfig.max_failures",
     "run.failure.stall_warn_s": "FailureConfig.stall_warn_s",
@@ -79,6 +80,13 @@ class CheckpointConfig:
     checkpoint_frequency: N > 0 makes train.get_context().should_checkpoint() true every N
         reports (the function decides what to save).
     checkpoint_at_end: the same for the last report (see set_total_iterations).
+    checkpoint_async (mpitrain's): train.report returns once this rank's part of the
+        checkpoint is copied into staging memory; the commit goes on in a library thread
+        (Ray's CheckpointUploadMode.ASYNC, PyTorch DCP's async_save). The next report with
+        a checkpoint and the end of training wait for it; a failed commit is the next
+        report's error on every rank. None = MT_CHECKPOINT_ASYNC (default off).
+    checkpoint_staging_bytes (mpitrain's): the staging memory a rank holds for that
+        (None = MT_CHECKPOINT_STAGING, else 1 GiB); a larger part waits until it fits.
     """
 
     num_to_keep: Optional[int] = None
@@ -86,6 +94,8 @@ class CheckpointConfig:
     checkpoint_score_order: str = "max"
     checkpoint_frequency: int = 0
     checkpoint_at_end: Optional[bool] = None
+    checkpoint_async: Optional[bool] = None
+    checkpoint_staging_bytes: Optional[int] = None
 
     def _c(self, out: dict) -> None:
         if self.checkpoint_score_order not in ("max", "min"):
@@ -96,6 +106,8 @@ class CheckpointConfig:
         out["score_order"] = 1 if self.checkpoint_score_order == "min" else 0
         out["frequency"] = self.checkpoint_frequency
         out["at_end"] = bool(self.checkpoint_at_end)
+        out["async_commit"] = bool(self.checkpoint_async)
+        out["staging_bytes"] = self.checkpoint_staging_bytes
 
 
 @dataclass

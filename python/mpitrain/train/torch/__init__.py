@@ -8,8 +8,13 @@ every worker, every attempt:
 - torch's thread count set to the CPUs assigned to the worker
   (train.get_context().get_num_cpus()), unless the user set OMP_NUM_THREADS.
 
-Gradient averaging for models (prepare_model, prepare_data_loader) belongs here too and is
-not written yet.
+and the data-parallel pieces of Ray's train.torch, over the C library (torch is imported
+when they are first used):
+
+- prepare_model(model): the model's gradients averaged across ranks during backward by the
+  C fusion (_prepare.py), no process group needed; released when the function ends;
+- prepare_data_loader(loader): this rank's part of a DataLoader's dataset (_loader.py);
+- get_device(): the CPU.
 """
 import os
 import socket
@@ -20,7 +25,19 @@ from ... import _collectives
 from ... import _core
 from .._trainer import DataParallelTrainer
 
-__all__ = ["TorchTrainer", "TorchConfig"]
+__all__ = ["TorchTrainer", "TorchConfig", "prepare_model", "prepare_data_loader", "get_device",
+           "DistributedModel", "RankSampler"]
+
+_LAZY = {"prepare_model": "_prepare", "get_device": "_prepare", "DistributedModel": "_prepare",
+         "prepare_data_loader": "_loader", "RankSampler": "_loader"}
+
+
+def __getattr__(name):
+    if name in _LAZY:  # torch imported on first use
+        import importlib
+
+        return getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class TorchConfig:
@@ -86,6 +103,11 @@ class TorchTrainer(DataParallelTrainer):
             torch.set_num_threads(_threads_per_worker())
 
     def _worker_teardown(self) -> None:
+        import sys
+
+        prepared = sys.modules.get(__name__ + "._prepare")
+        if prepared is not None:  # collective: every rank releases its prepared models
+            prepared.close_all()
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():

@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""prepare_model against PyTorch DDP (gloo), both measured in this run, in one job:
+
+    mpirun -np 2 python3 benchmarks/torch_bench.py [--data F.h5] [--json out.json]
+
+At one torch thread a rank, batch 64 a rank, the same model, batches and recipe (Adam):
+- samples/s a rank of the MLP (784-256-128-10) and of the small CNN of
+  examples/python/fmnist_torch.py, with mpitrain (prepare_model), with DDP (gloo, its
+  default buckets), and with no communication at all (the ceiling: every rank steps alone,
+  at the same time, so the machine is as busy). The three take turns, round after round;
+  each figure is the median of its rounds, a rank's figure the slowest rank's;
+- with --data (the file of mpitrain-import fashion-mnist): the MLP trained on it from the
+  same start with mpitrain and with DDP, tested every quarter epoch, and the training time
+  (testing excluded) until the test accuracy first reaches --target (0.88).
+Prints a table and writes --json. A benchmark, not a test.
+"""
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import mpitrain
+from mpitrain import train
+from mpitrain.train import DataConfig, RunConfig
+from mpitrain.train.torch import TorchTrainer, prepare_model
+
+p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+p.add_argument("--data", default=None, help="Fashion-MNIST HDF5 file for the time to accuracy")
+p.add_argument("--target", type=float, default=0.88)
+p.add_argument("--epochs", type=int, default=10, help="at most, for the time to accuracy")
+p.add_argument("--rounds", type=int, default=5)
+p.add_argument("--seconds", type=float, default=2.0, help="a round's length per mode (about)")
+p.add_argument("--models", default="mlp,cnn")
+p.add_argument("--json", default=None)
+p.add_argument("--storage-path", default=os.environ.get("TMPDIR", "/tmp"))
+args = p.parse_args()
+BATCH = 64
+
+
+def make(kind):
+    torch.manual_seed(0)
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
+                             nn.ReLU(), nn.Linear(128, 10))
+    return nn.Sequential(nn.Unflatten(1, (1, 28, 28)),
+                         nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+
+
+def slowest(seconds):
+    t = np.array([seconds], dtype=np.float64)
+    mpitrain.allreduce(t, op="max")
+    return float(t[0])
+
+
+def steps_per_s(model, opt, xs, ys, steps):
+    """Collective: `steps` steps; the slowest rank's time."""
+    mpitrain.barrier()
+    t0 = time.perf_counter()
+    for i in range(steps):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(xs[i % len(xs)]), ys[i % len(ys)]).backward()
+        opt.step()
+    return slowest(time.perf_counter() - t0)
+
+
+def throughput(kind):
+    rank = train.get_context().get_world_rank()
+    g = torch.Generator().manual_seed(rank)
+    xs = [torch.rand(BATCH, 784, generator=g) for _ in range(16)]
+    ys = [torch.randint(0, 10, (BATCH,), generator=g) for _ in range(16)]
+    base = make(kind)
+    alone = copy.deepcopy(base)
+    ddp = DDP(copy.deepcopy(base))
+    ours = prepare_model(copy.deepcopy(base))
+    modes = {"ceiling": alone, "mpitrain": ours, "ddp": ddp}
+    opts = {k: torch.optim.Adam(m.parameters(), lr=1e-3) for k, m in modes.items()}
+    # a round's step count from a short probe of the ceiling (the same on every rank)
+    for k in modes:
+        steps_per_s(modes[k], opts[k], xs, ys, 5)  # warm up
+    probe = steps_per_s(alone, opts["ceiling"], xs, ys, 20) / 20
+    steps = max(20, int(args.seconds / probe))
+    got = {k: [] for k in modes}
+    for r in range(args.rounds):
+        order = list(modes) if r % 2 == 0 else list(reversed(modes))
+        for k in order:
+            got[k].append(steps * BATCH / steps_per_s(modes[k], opts[k], xs, ys, steps))
+    out = {k: statistics.median(v) for k, v in got.items()}
+    out["spread"] = {k: [min(v), max(v)] for k, v in got.items()}
+    out["algo"] = ours.fusion_algo
+    out["steps_per_round"] = steps
+    return out
+
+
+def time_to_accuracy():
+    """The MLP trained from the same start with mpitrain and with DDP (each its own pass
+    over the same batches); training seconds (slowest rank) until the test accuracy."""
+    shard = train.get_dataset_shard("train")
+    test = train.get_dataset_shard("test")
+    res = {}
+    for way in ("mpitrain", "ddp"):
+        m = prepare_model(make("mlp")) if way == "mpitrain" else DDP(make("mlp"))
+        opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+        n_batches = -(-60000 // (BATCH * train.get_context().get_world_size()))
+        every = max(1, n_batches // 4)
+        trained, reached, curve = 0.0, None, []
+        for epoch in range(args.epochs):
+            i, t0 = 0, time.perf_counter()
+            for b in shard.iter_torch_batches(batch_size=BATCH, shuffle=True, seed=epoch,
+                                              dtypes={"x": np.float32}):
+                x = b["x"].reshape(len(b["x"]), 784) / 255.0
+                opt.zero_grad()
+                nn.functional.cross_entropy(m(x), b["y"].long()).backward()
+                opt.step()
+                i += 1
+                if i % every == 0:
+                    trained += slowest(time.perf_counter() - t0)
+                    acc = evaluate(m, test)
+                    curve.append((round(trained, 3), acc))
+                    if acc >= args.target:
+                        reached = trained
+                        break
+                    t0 = time.perf_counter()
+            if reached is not None:
+                break
+            trained += slowest(time.perf_counter() - t0)
+        res[way] = {"seconds": reached, "curve": curve}
+        if train.get_context().get_world_rank() == 0:
+            print(f"torch_bench: time to {args.target}: {way} {reached} s of training "
+                  f"(accuracy after each test: {curve})", flush=True)
+    return res
+
+
+def evaluate(m, test):
+    counts = np.zeros(2, dtype=np.int64)
+    m.eval()
+    with torch.no_grad():
+        for b in test.iter_torch_batches(batch_size=1000, dtypes={"x": np.float32}):
+            out = m(b["x"].reshape(len(b["x"]), 784) / 255.0)
+            counts += [int((out.argmax(1) == b["y"].long()).sum()), len(b["y"])]
+    m.train()
+    mpitrain.allreduce(counts)
+    return float(counts[0]) / float(counts[1])
+
+
+RESULT = {}
+
+
+def fn():
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    ctx = train.get_context()
+    RESULT["ranks"] = ctx.get_world_size()
+    for kind in args.models.split(","):
+        RESULT[kind] = throughput(kind)
+        r = RESULT[kind]
+        if ctx.get_world_rank() == 0:  # as it goes, for a run cut short
+            print(f"torch_bench: {kind}: ceiling {r['ceiling']:.0f}, mpitrain {r['mpitrain']:.0f}, "
+                  f"DDP {r['ddp']:.0f} samples/s a rank", flush=True)
+    if args.data:
+        RESULT["time_to_accuracy"] = time_to_accuracy()
+    train.report({"done": 1})
+
+
+kw = {}
+if args.data:
+    kw = dict(datasets={"train": (args.data, "/train"), "test": (args.data, "/test")},
+              dataset_config=DataConfig(datasets_to_split=["train", "test"]))
+TorchTrainer(fn, run_config=RunConfig(name=f"torch-bench-{os.getpid()}",
+                                      storage_path=args.storage_path, verbose=0), **kw).fit()
+if os.environ.get("OMPI_COMM_WORLD_RANK", "0") != "0":
+    sys.exit(0)
+print(f"prepare_model vs DDP (gloo) at {RESULT['ranks']} ranks, one torch thread a rank, "
+      f"batch {BATCH} a rank (medians of {args.rounds} rounds, samples/s a rank):")
+print(f"{'model':6s} {'ceiling':>9s} {'mpitrain':>9s} {'DDP':>9s} {'mt/DDP':>7s} {'mt/ceil':>8s} "
+      f"{'DDP/ceil':>8s}  algo")
+for kind in args.models.split(","):
+    r = RESULT[kind]
+    print(f"{kind:6s} {r['ceiling']:9.0f} {r['mpitrain']:9.0f} {r['ddp']:9.0f} "
+          f"{r['mpitrain'] / r['ddp']:7.2f} {r['mpitrain'] / r['ceiling']:8.2f} "
+          f"{r['ddp'] / r['ceiling']:8.2f}  {r['algo']}")
+if "time_to_accuracy" in RESULT:
+    t = RESULT["time_to_accuracy"]
+    a, d = t["mpitrain"]["seconds"], t["ddp"]["seconds"]
+    ratio = f"{a / d:.2f}" if a and d else "n/a"
+    print(f"MLP time to {args.target} test accuracy (training seconds): mpitrain "
+          f"{a if a is None else round(a, 2)}, DDP {d if d is None else round(d, 2)}, "
+          f"mpitrain/DDP {ratio}")
+if args.json:
+    with open(args.json, "w") as f:
+        json.dump(RESULT, f, indent=1)

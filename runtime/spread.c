@@ -1,0 +1,207 @@
+/*
+ * spread.c -- the per-rank statistics of a report (result.json's "per_rank": min, mean,
+ * max and the ranks' count of each numeric metric rank 0 reported), made by a reduction
+ * over fixed-layout arrays instead of a gather of every rank's metrics: O(log N) steps
+ * and O(metrics) bytes at rank 0, whatever the number of ranks.
+ *
+ * The layout is rank 0's numeric keys, in its order. Every rank keeps the layout agreed
+ * at the report where it last changed (the cache, as Horovod's response cache keeps a
+ * negotiated response), and where its own metrics have each key (the map). At each
+ * report every rank hashes its own keys (names, order and whether each is a number):
+ *  - a rank whose hash differs from the one its map was made for makes its map again
+ *    (local: the layout is unchanged, only where this rank finds each key moved);
+ *  - when rank 0's hash differs, the layout itself changed: rank 0 says so in the
+ *    report's opening agreement (its length), and every rank, having learnt it there,
+ *    receives the new layout from rank 0 (one broadcast) before any statistic moves.
+ * So a change of keys on any rank is seen at the report it happens in, and a report
+ * whose keys did not change costs no step of its own: when the layout has at most 6 keys
+ * the statistics travel in the opening agreement's message itself (its payload, combined
+ * by the agreement's operation only between ranks in the same call), otherwise in one
+ * MPI_Reduce to rank 0 after it.
+ *
+ * The numbers are the ones the gather gave: a rank counts for a key when it has that key
+ * as a number and the value is finite (NaN and the infinities are no JSON number); a key
+ * no rank has a finite value for has no entry. Only rank 0's metrics make the row itself
+ * (strings included), as before: other ranks' strings never reached the row.
+ */
+#include "runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void mt__spread_free(mt__spread *s)
+{
+    free(s->block);
+    memset(s, 0, sizeof *s);
+}
+
+/* The hash of a metrics object's keys: names, order and number-or-not. */
+static uint64_t keys_hash(const mt_metrics *m)
+{
+    uint64_t h = mt__sig_mix(0, m ? (uint64_t)m->n : 0);
+    for (int i = 0; m && i < m->n; i++) {
+        h = mt__sig_mix(h, m->e[i].type == MT__METRIC_STR);
+        for (const unsigned char *p = (const unsigned char *)m->e[i].key; *p; p++)
+            h = mt__sig_mix(h, *p);
+        h = mt__sig_mix(h, 0x100);
+    }
+    return h;
+}
+
+static bool numeric(const mt__metric *e)
+{
+    return e->type == MT__METRIC_F64 || e->type == MT__METRIC_I64;
+}
+
+/* Where this rank's metrics have each key of the layout (-1: not as a number). */
+static void make_map(mt__spread *s, const mt_metrics *m, uint64_t h)
+{
+    for (int k = 0; k < s->nkeys; k++) {
+        s->map[k] = -1;
+        for (int i = 0; m && i < m->n; i++)
+            if (numeric(&m->e[i]) && !strcmp(m->e[i].key, s->key[k])) {
+                s->map[k] = i;
+                break;
+            }
+    }
+    s->own_hash = h;
+}
+
+static void fill(mt__spread *s, const mt_metrics *m)
+{
+    for (int k = 0; k < s->nkeys; k++) {
+        const mt__metric *e = s->map[k] >= 0 ? &m->e[s->map[k]] : NULL;
+        mt__stats_fill(s->quads + 4 * k, e != NULL,
+                       !e ? 0 : e->type == MT__METRIC_F64 ? e->f : (double)e->i);
+    }
+}
+
+/* Rank 0: its numeric keys, each followed by '\0', then one more '\0' (so the length of
+ * a layout without keys is still 1: a length of 0 says "unchanged"). */
+static size_t layout_len(const mt_metrics *m)
+{
+    size_t n = 1;
+    for (int i = 0; m && i < m->n; i++)
+        if (numeric(&m->e[i]))
+            n += strlen(m->e[i].key) + 1;
+    return n;
+}
+
+static void layout_write(const mt_metrics *m, char *out)
+{
+    for (int i = 0; m && i < m->n; i++)
+        if (numeric(&m->e[i])) {
+            size_t l = strlen(m->e[i].key) + 1;
+            memcpy(out, m->e[i].key, l);
+            out += l;
+        }
+    *out = '\0';
+}
+
+void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st)
+{
+    mt__spread *s = &c->spread;
+    memset(st, 0, sizeof *st);
+    if (c->world_size < 2)
+        return;
+    st->hash = keys_hash(m);
+    bool changed = !s->valid || st->hash != s->own_hash;
+    if (changed && c->world_rank == 0) /* rank 0's keys are the layout: a new one */
+        st->layout_len = (int64_t)layout_len(m);
+    else if (changed && s->valid) /* only where this rank finds the keys moved */
+        make_map(s, m, st->hash);
+    st->fold = s->valid && s->nkeys > 0 &&
+               (size_t)s->nkeys * 4 * sizeof(double) <= MT__AGREE_PAYLOAD;
+    if (st->fold && !st->layout_len)
+        fill(s, m);
+    else if (st->fold) /* rank 0's old map may not fit its new metrics: nothing is read, and
+                          the result is dropped (every rank learns that the layout changed) */
+        for (int k = 0; k < s->nkeys; k++)
+            mt__stats_fill(s->quads + 4 * k, false, 0);
+    st->payload = (mt__payload){.kind = MT__PAY_STATS, .count = (size_t)s->nkeys,
+                                .buf = s->quads};
+}
+
+/* Every rank, after the opening agreement said rank 0's keys changed (len bytes of
+ * layout): room for it agreed, rank 0's layout broadcast, the map made. On any failure
+ * every rank's cache is dropped alike (the next report sends the layout again). */
+static int new_layout(mt_context *c, const mt_metrics *m, size_t len, uint64_t h)
+{
+    mt__spread *s = &c->spread;
+    mt__spread_free(s);
+    size_t most = len / 2 + 1; /* every key is at least one byte and its '\0' */
+    size_t bytes = len + most * (sizeof(char *) + sizeof(int) + 4 * sizeof(double));
+    char *block = len < ((size_t)1 << 40) ? malloc(bytes) : NULL;
+    int rc = block ? MT_OK : mt__error(MT_ENOMEM, "out of memory for a report's %zu-byte "
+                                                  "key list", len);
+    mt__call call;
+    mt__call_init(&call, MT__CALL_REPORT, len, 1, 0);
+    if ((rc = mt__agree(c->comm, &call, rc, NULL))) {
+        free(block);
+        return rc;
+    }
+    s->quads = (double *)block;
+    s->key = (const char **)(block + most * 4 * sizeof(double));
+    s->map = (int *)(block + most * (4 * sizeof(double) + sizeof(char *)));
+    char *text = block + most * (4 * sizeof(double) + sizeof(char *) + sizeof(int));
+    if (c->world_rank == 0)
+        layout_write(m, text);
+    if ((rc = mt__bcast_bytes(c->comm, text, len, 0))) {
+        free(block);
+        return rc;
+    }
+    text[len - 1] = '\0'; /* whatever came, never read past it */
+    s->block = block;
+    for (char *p = text; *p && s->nkeys < (int)most; p += strlen(p) + 1)
+        s->key[s->nkeys++] = p;
+    s->valid = true;
+    make_map(s, m, h);
+    return MT_OK;
+}
+
+int mt__spread_finish(mt_context *c, const mt_metrics *m, mt__spread_step *st, int64_t len)
+{
+    mt__spread *s = &c->spread;
+    if (c->world_size < 2)
+        return MT_OK;
+    int rc = MT_OK;
+    if (len > 0) {
+        if ((rc = new_layout(c, m, (size_t)len, st->hash)))
+            return rc;
+        st->fold = false;
+    } else if (!s->valid) /* cannot be: rank 0 sends a layout whenever it has none */
+        return mt__error(MT_EINVAL, "report statistics: no key layout");
+    if (!st->fold && s->nkeys > 0) {
+        fill(s, m);
+        rc = mt__reduce_stats(c->comm, s->quads, (size_t)s->nkeys);
+    }
+    st->ready = rc == MT_OK;
+    return rc;
+}
+
+int mt__spread_json(mt_context *c, const mt__spread_step *st, json_t *row)
+{
+    const mt__spread *s = &c->spread;
+    if (c->world_size < 2 || !st->ready)
+        return MT_OK;
+    json_t *spread = json_object();
+    bool ok = spread != NULL;
+    for (int k = 0; ok && k < s->nkeys; k++) {
+        const double *q = s->quads + 4 * k;
+        if (q[3] < 1)
+            continue;
+        int n = (int)q[3];
+        ok = json_object_set_new(spread, s->key[k],
+                                 json_pack("{s:f, s:f, s:f, s:i}", "min", q[0], "mean",
+                                           q[2] / n, "max", q[1], "ranks", n)) == 0;
+        if (c->verbose >= 2)
+            printf("mpitrain:   %-24s min %-12.6g mean %-12.6g max %-12.6g (%d ranks)\n",
+                   s->key[k], q[0], q[2] / n, q[1], n);
+    }
+    if (ok && json_object_size(spread))
+        ok = json_object_set_new(row, "per_rank", spread) == 0;
+    else
+        json_decref(spread);
+    return ok ? MT_OK : mt__error(MT_ENOMEM, "out of memory building a report");
+}

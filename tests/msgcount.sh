@@ -1,0 +1,74 @@
+#!/bin/sh
+# A report's cost in ranks, counted, not timed: tests/msgcount_probe makes reports of 8
+# numeric metrics at 1 to 64 ranks (oversubscribed on one host: only counts matter), its
+# PMPI wrappers count the MPI collectives rank 0 enters and the messages of the
+# agreements (point-to-point, collectives/agree.c), and Open MPI's PML monitoring
+# (pml_monitoring_enable=2: the messages MPI's collectives are made of, per peer, written
+# at MPI_Finalize) counts the messages and bytes of the rest that rank 0 sends and receives.
+# Two runs per rank count, 4 and 12 reports, differ only in the reports: their difference
+# over 8 is one report's. Rank 0's messages per report must grow as log2 N (at most the
+# 2-rank count times log2 N, and one message of slack: the counts of a run move by a
+# message or two between runs), its bytes too (5% slack; no rank's metrics gathered), and
+# the MPI collectives it enters must not depend on N. MSGCOUNT_RANKS overrides "1 2 4 8 16 32 64".
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+need_tier full
+scratch msgcount
+ranks=${MSGCOUNT_RANKS:-1 2 4 8 16 32 64}
+export OMPI_MCA_mpi_yield_when_idle=1
+# the monitoring PML wraps the one selected: tests/env.sh's choice of ob1 would leave it out
+unset OMPI_MCA_pml
+
+# sum FILES: rank 0's messages and bytes sent plus received, from PML monitoring's files
+# ("I<TAB>from<TAB>to<TAB>B bytes<TAB>M msgs sent": the collectives' messages)
+sum() {
+    awk -F'\t' '$1 == "I" && ($2 == 0 || $3 == 0) { split($4, b, " "); split($5, m, " ");
+                bytes += b[1]; msgs += m[1] } END { printf "%d %d\n", msgs, bytes }' "$@"
+}
+
+table="$store/table"
+: >"$table"
+for n in $ranks; do
+    line="$n"
+    for k in 4 12; do
+        rm -f "$store"/p.*.prof
+        OMPI_MCA_pml_monitoring_enable=2 OMPI_MCA_pml_monitoring_enable_output=3 \
+        OMPI_MCA_pml_monitoring_filename="$store/p" MT_TEST_TIMEOUT=300 \
+            "$run" "$n" "$b/tests/msgcount_probe" "$k" 8 --storage-path "$store/runs" \
+            --name "n${n}k$k" >"$out" 2>"$err"
+        rc=$?
+        calls=$(sed -n 's/^msgcount: ranks .* collectives \([0-9]*\) bytes .*/\1/p' "$out")
+        p2p=$(sed -n 's/^msgcount: .* agreement_messages \([0-9]*\) agreement_bytes \([0-9]*\)$/\1 \2/p' "$out")
+        files=$(ls "$store"/p.*.prof 2>/dev/null | wc -l)
+        if [ $rc -ne 0 ] || [ -z "$calls" ] || [ -z "$p2p" ] || [ "$files" -ne "$n" ]; then
+            bad "msgcount_probe at $n ranks, $k reports (exit $rc, $files monitoring files)"
+            finish
+        fi
+        set -- $p2p $(sum "$store"/p.*.prof)
+        line="$line $calls $(($1 + $3)) $(($2 + $4))"
+    done
+    echo "$line" >>"$table"
+done
+# per report: (12 reports - 4 reports) / 8
+awk '{ printf "%d %.2f %.2f %.2f\n", $1, ($5 - $2) / 8, ($6 - $3) / 8, ($7 - $4) / 8 }' \
+    "$table" >"$store/per"
+echo "ranks  collectives  messages  bytes   (rank 0, per report of 8 numeric metrics)"; echo "raw: ranks calls4 msgs4 bytes4 calls12 msgs12 bytes12"; cat "$table"
+cat "$store/per"
+base=$(awk '$1 == 2 { print $3, $4 }' "$store/per")
+verdict=$(awk -v base="$base" '
+    BEGIN { split(base, b, " ") }
+    $1 >= 2 { l = log($1) / log(2); if ($3 > b[1] * l + 1 || $4 > b[2] * l * 1.05) bad = bad " " $1
+              if (calls == "") calls = $2; else if ($2 != calls) cbad = cbad " " $1 }
+    END { print (bad == "" && cbad == "" ? "ok" : "over at" bad ", collectives differ at" cbad) }' \
+    "$store/per")
+if [ -n "$base" ] && [ "$verdict" = ok ]; then
+    ok "rank 0's messages and bytes per report at most log2 N times the 2-rank ones, and the same collectives at every N ($(echo $ranks))"
+else bad "messages per report not O(log N): $verdict (2 ranks: '$base')"; cat "$store/per"; fi
+# the layout is cached: a report whose keys did not change enters one MPI collective, the
+# statistics' reduce (8 keys do not fit in the agreement's frame), beside its two
+# agreements: at 2 ranks, 2 messages each and 1 for the reduce
+calls=$(awk '$1 == 2 { print $2, $3 }' "$store/per")
+if [ "$calls" = "1.00 5.00" ]; then
+    ok "a report with unchanged keys at 2 ranks: 1 MPI collective (the reduce) and 5 messages at rank 0 (2 agreements, the reduce)"
+else bad "collectives and messages per report at 2 ranks: '$calls' (want 1.00 5.00)"; fi
+finish
