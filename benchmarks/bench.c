@@ -331,6 +331,21 @@ static int select_suites(plan *p, const char *list)
     return rc;
 }
 
+/* Collective: fit *t unless rc says its set-up failed, rank 0 printing the error; then the
+ * trainer and its result freed. The fit's (or set-up's) code. */
+static int fit_and_free(mt_trainer **t, int rc, int rank)
+{
+    mt_result *res = NULL;
+    if (!rc)
+        rc = mt_trainer_fit(*t, &res);
+    if (rc && rank == 0)
+        fprintf(stderr, "mpitrain-bench: %s\n",
+                res && mt_result_error(res) ? mt_result_error(res) : mt_last_error());
+    mt_result_free(&res);
+    mt_trainer_destroy(t);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
@@ -445,7 +460,6 @@ int main(int argc, char **argv)
         b.ck_async_bytes = async_bytes;
     if (!rc) {
         mt_trainer *t = NULL;
-        mt_result *res = NULL;
         rc = mt_trainer_create(&t, run_suites, &p, &cfg);
         char shard_file[4200];
         snprintf(shard_file, sizeof shard_file, "%s/mpitrain-bench-shard-%lld.h5", b.tmpdir,
@@ -454,13 +468,7 @@ int main(int argc, char **argv)
                                       "bench-shuffle"};
         for (size_t i = 0; i < sizeof names / sizeof *names && !rc; i++)
             rc = mt_trainer_add_dataset(t, names[i], shard_file, "/train");
-        if (!rc)
-            rc = mt_trainer_fit(t, &res);
-        if (rc && rank == 0)
-            fprintf(stderr, "mpitrain-bench: %s\n",
-                    res && mt_result_error(res) ? mt_result_error(res) : mt_last_error());
-        mt_result_free(&res);
-        mt_trainer_destroy(&t);
+        rc = fit_and_free(&t, rc, rank);
     }
     /* the checkpoint suite's asynchronous part: a fit of its own, asynchronous commits on */
     int ck_suite = 0;
@@ -468,7 +476,6 @@ int main(int argc, char **argv)
         ck_suite++;
     if (!rc && ck_suite < NSUITES && p.selected[ck_suite] && b.ck_async_bytes) {
         mt_trainer *t = NULL;
-        mt_result *res = NULL;
         char name2[300];
         snprintf(name2, sizeof name2, "%s-async", cfg.run.name);
         mt_trainer_config cfg2 = cfg;
@@ -477,13 +484,7 @@ int main(int argc, char **argv)
         bench_say(&b, "\n== checkpoint (asynchronous commits): the training stall and a "
                       "training loop (%d ranks, %s)\n", world, b.quick ? "quick" : "full");
         rc = mt_trainer_create(&t, bench_checkpoint_async, &b, &cfg2);
-        if (!rc)
-            rc = mt_trainer_fit(t, &res);
-        if (rc && rank == 0)
-            fprintf(stderr, "mpitrain-bench: %s\n",
-                    res && mt_result_error(res) ? mt_result_error(res) : mt_last_error());
-        mt_result_free(&res);
-        mt_trainer_destroy(&t);
+        rc = fit_and_free(&t, rc, rank);
     }
     scratch_remove(scratch);
     if (b.json && fclose(b.json) != 0 && !b.json_errno)

@@ -528,6 +528,41 @@ static PyObject *py_fail_collective(PyObject *module, PyObject *exc)
     Py_RETURN_NONE;
 }
 
+/* The in-place collectives: fn(c, buf, ndim, dims, dtype, arg) on obj's buffer, its shape
+ * agreed in the call's one agreement; a rank whose array cannot be used fails the call on
+ * every rank (fail_everywhere). arg: the op (allreduce) or the root (broadcast). */
+typedef int (*inplace_fn)(mt_context *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                          int arg);
+
+static int allreduce_nd(mt_context *c, void *buf, int ndim, const size_t *dims, mt_dtype t,
+                        int op)
+{
+    return mt_allreduce_nd(c, buf, ndim, dims, t, (mt_op)op);
+}
+
+static PyObject *inplace(mt_py_state *st, mt_context *c, PyObject *obj, const char *name,
+                         inplace_fn fn, int arg)
+{
+    Py_buffer v;
+    if (get_buffer(obj, &v, 1, name))
+        return fail_everywhere(c);
+    mt_dtype t = mt_py_dtype_of(&v, name);
+    PyObject *out = NULL;
+    if (!t)
+        fail_everywhere(c);
+    else {
+        int rc;
+        size_t dims[8];
+        int nd = shape_of(&v, dims);
+        Py_BEGIN_ALLOW_THREADS
+        rc = fn(c, v.buf, nd, dims, t, arg);
+        Py_END_ALLOW_THREADS
+        out = rc ? mt_py_raise(st, rc) : Py_NewRef(obj);
+    }
+    PyBuffer_Release(&v);
+    return out;
+}
+
 /* allreduce(buffer, op): Collective, in place. */
 static PyObject *py_allreduce(PyObject *module, PyObject *args)
 {
@@ -543,24 +578,7 @@ static PyObject *py_allreduce(PyObject *module, PyObject *args)
         PyErr_Format(PyExc_ValueError, "allreduce: unknown op %d", op);
         return fail_everywhere(c);
     }
-    Py_buffer v;
-    if (get_buffer(obj, &v, 1, "allreduce"))
-        return fail_everywhere(c);
-    mt_dtype t = mt_py_dtype_of(&v, "allreduce");
-    PyObject *out = NULL;
-    if (!t)
-        fail_everywhere(c);
-    else {
-        int rc;
-        size_t dims[8];
-        int nd = shape_of(&v, dims);
-        Py_BEGIN_ALLOW_THREADS
-        rc = mt_allreduce_nd(c, v.buf, nd, dims, t, (mt_op)op);
-        Py_END_ALLOW_THREADS
-        out = rc ? mt_py_raise(st, rc) : Py_NewRef(obj);
-    }
-    PyBuffer_Release(&v);
-    return out;
+    return inplace(st, c, obj, "allreduce", allreduce_nd, op);
 }
 
 /* broadcast(buffer, root): Collective, in place. */
@@ -572,26 +590,9 @@ static PyObject *py_broadcast(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "Oi:broadcast", &obj, &root))
         return NULL;
     mt_context *c = mt_py_context(st, "broadcast");
-    Py_buffer v;
     if (!c)
         return NULL;
-    if (get_buffer(obj, &v, 1, "broadcast"))
-        return fail_everywhere(c);
-    mt_dtype t = mt_py_dtype_of(&v, "broadcast");
-    PyObject *out = NULL;
-    if (!t)
-        fail_everywhere(c);
-    else {
-        int rc;
-        size_t dims[8];
-        int nd = shape_of(&v, dims);
-        Py_BEGIN_ALLOW_THREADS
-        rc = mt_broadcast_nd(c, v.buf, nd, dims, t, root);
-        Py_END_ALLOW_THREADS
-        out = rc ? mt_py_raise(st, rc) : Py_NewRef(obj);
-    }
-    PyBuffer_Release(&v);
-    return out;
+    return inplace(st, c, obj, "broadcast", mt_broadcast_nd, root);
 }
 
 /* allgather(send, recv): Collective; recv holds world_size times send, in rank order. */

@@ -12,12 +12,17 @@ import pytest
 _names = itertools.count()
 
 
+def _from_env(name):
+    """The path tests/python.sh gives in the environment variable name, or skip."""
+    path = os.environ.get(name)
+    if not path:
+        pytest.skip(f"{name} is not set (run through tests/python.sh)")
+    return path
+
+
 @pytest.fixture
 def store():
-    path = os.environ.get("MT_PYTEST_STORE")
-    if not path:
-        pytest.skip("MT_PYTEST_STORE is not set (run through tests/python.sh)")
-    return path
+    return _from_env("MT_PYTEST_STORE")
 
 
 @pytest.fixture
@@ -28,7 +33,4 @@ def run_name(request):
 
 @pytest.fixture
 def data():
-    path = os.environ.get("MT_PYTEST_DATA")
-    if not path:
-        pytest.skip("MT_PYTEST_DATA is not set (run through tests/python.sh)")
-    return path
+    return _from_env("MT_PYTEST_DATA")
