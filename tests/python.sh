@@ -30,16 +30,7 @@ OPENBLAS_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1; export OPENBLAS_NUM_THREADS PY
 limit=$((600 * ${MT_TEST_TIMEOUT_SCALE:-1}))
 MT_PYTEST_DATA="$store/data.h5"; MT_PYTEST_STORE="$store/runs"; export MT_PYTEST_DATA MT_PYTEST_STORE
 mkdir -p "$MT_PYTEST_STORE"
-if ! "$py" - "$MT_PYTEST_DATA" >"$out" 2>"$err" <<'PY'
-import sys, numpy as np, h5py
-with h5py.File(sys.argv[1], "w") as f:
-    for g, n in (("train", 1000), ("test", 100)):
-        rows = np.arange(n)
-        f[f"{g}/x"] = np.repeat(rows[:, None], 4, axis=1).astype(np.float32)
-        f[f"{g}/y"] = rows.astype(np.int64)
-        f[f"{g}/z"] = (rows % 256).astype(np.uint8)
-PY
-then bad "the test data file (h5py)"; finish; fi
+if ! "$py" "$src/make_data.py" "$MT_PYTEST_DATA" >"$out" 2>"$err"; then bad "the test data file (h5py)"; finish; fi
 
 # pytest_counts LOG: "P F" from pytest's summary line in LOG (errors count as failures)
 pytest_counts() {
