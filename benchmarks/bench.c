@@ -435,13 +435,16 @@ int main(int argc, char **argv)
     }
     /* every file of the run in one private folder, removed at exit (collective) */
     char scratch[4096];
+    /* rank 0's choices, on every rank: the paths below are collective */
+    bool new_name = scratch_agree(keep_run && cfg.run.name == default_name);
+    keep_run = scratch_agree(keep_run);
     if (scratch_make(base, "mpitrain-bench", true, scratch, sizeof scratch))
         rc = MT_EIO;
     b.tmpdir = scratch;
     if (!keep_run)
         cfg.run.storage_path = scratch;
     char name[256];
-    if (keep_run && cfg.run.name == default_name) { /* a storage path only: a new run there */
+    if (new_name) { /* a storage path only: a new run there */
         scratch_run_name("mpitrain-bench", cfg.run.storage_path, name, sizeof name);
         cfg.run.name = name;
     }

@@ -133,6 +133,14 @@ diff=$(compare "$kept/params.json" 2)
 if [ $rc -eq 0 ] && [ -n "$kept" ] && [ -f "$kept/run.json" ] && [ -z "$diff" ]; then
     ok "mpitrain-info --storage-path keeps its run there, with the defaults its help shows"
 else bad "mpitrain-info --storage-path (exit $rc)"; echo "$diff"; fi
+# the environment mpirun gives one rank only: every rank takes rank 0's choice (no storage
+# path: a temporary folder), never a collective of its own
+"$run" 2 sh -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export MT_STORAGE_PATH="$0"; exec "$1"' \
+    "$store/only1" "$b/tools/mpitrain-info" >"$out" 2>"$err"
+rc=$?
+if [ $rc -eq 0 ] && [ ! -e "$store/only1" ] && [ -z "$(ls -A "$TMPDIR")" ]; then
+    ok "MT_STORAGE_PATH on rank 1 only: mpitrain-info takes rank 0's choice on both ranks"
+else bad "MT_STORAGE_PATH on rank 1 only (exit $rc)"; cat "$err"; fi
 "$run" 2 "$b/tools/mpitrain-info" --num-to-keep 2 >"$out" 2>"$err"
 rc=$?
 if [ $rc -eq 2 ] && grep -q "mpitrain-info: unknown option '--num-to-keep' (see --help)" "$err"; then

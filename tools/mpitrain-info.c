@@ -151,7 +151,10 @@ int main(int argc, char **argv)
         return rc ? MT_EXIT_USAGE : 0;
     }
     char tmp[4096] = "", name[256];
-    if (asked && cfg.run.name == default_name) { /* a storage path only: a new run there */
+    /* rank 0's choices, on every rank: each path below is collective */
+    bool new_name = scratch_agree(asked && cfg.run.name == default_name);
+    asked = scratch_agree(asked);
+    if (new_name) { /* a storage path only: a new run there */
         scratch_run_name("mpitrain-info", cfg.run.storage_path, name, sizeof name);
         cfg.run.name = name;
     }

@@ -38,6 +38,13 @@ int scratch_make(const char *base, const char *prog, bool share, char *path, siz
     return rc;
 }
 
+bool scratch_agree(bool mine)
+{
+    int v = mine;
+    MPI_Bcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return v != 0;
+}
+
 void scratch_run_name(const char *prog, const char *storage_path, char *name, size_t len)
 {
     if (mt_job_rank() == 0) {
