@@ -401,7 +401,10 @@ typedef enum { MT_SUM = 0, MT_MEAN, MT_MIN, MT_MAX } mt_op;
 MT_EXTERN size_t mt_dtype_size(mt_dtype t);
 
 /* Collective, in place. MT_MEAN divides by the world size (integers: truncated).
- * count may be 0; counts above INT_MAX are split into chunks. */
+ * count may be 0; counts above INT_MAX are split into chunks. An integer sum that does
+ * not fit its type has no defined result: small arrays carried in the agreement wrap,
+ * and Open MPI 4.1's vectorised reduction saturates long MT_U8 arrays; sum in a type wide
+ * enough (MT_I64). */
 MT_EXTERN int mt_allreduce(mt_context *c, void *buf, size_t count, mt_dtype t, mt_op op);
 /* Collective. root's buf is copied to every rank's buf. */
 MT_EXTERN int mt_broadcast(mt_context *c, void *buf, size_t count, mt_dtype t, int root);
