@@ -236,6 +236,8 @@ struct mt__watchdog {
                             that stopped when the wait began is past the stale limit */
     atomic_int state;    /* 0 wait for the start's agreement, 1 run, 2 quit unstarted */
     atomic_int stop;
+    pthread_mutex_t lock; /* with wake: the thread's sleep between ticks ends at a stop */
+    pthread_cond_t wake;
     pthread_t thread;
     bool threaded;
     int remote;          /* peers on other hosts (beats over MPI) */
@@ -505,6 +507,22 @@ static bool say_bye(mt__watchdog *w, beat *bye, bool *sent_byes)
     return true;
 }
 
+/* Sleeps s seconds, or less once mt__watchdog_stop has been called: a fit's end does not
+ * wait out a tick (up to 0.5 s) on every rank. */
+static void doze(mt__watchdog *w, double s)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    long ns = until.tv_nsec + (long)((s - floor(s)) * 1e9);
+    until.tv_sec += (time_t)s + ns / 1000000000L;
+    until.tv_nsec = ns % 1000000000L;
+    pthread_mutex_lock(&w->lock);
+    while (!atomic_load(&w->stop) &&
+           pthread_cond_timedwait(&w->wake, &w->lock, &until) != ETIMEDOUT)
+        ;
+    pthread_mutex_unlock(&w->lock);
+}
+
 static void *watch(void *arg)
 {
     mt__watchdog *w = arg;
@@ -555,7 +573,10 @@ static void *watch(void *arg)
         }
         if (!stopping) /* test only: a scheduling gap before every next beat (stall.sh) */
             mt__test_pause("slow-watch-tick", w->rank);
-        sleep_s(stopping ? 0.001 : w->tick_s);
+        if (stopping)
+            sleep_s(0.001);
+        else
+            doze(w, w->tick_s);
     }
     return NULL;
 }
@@ -634,6 +655,8 @@ static void destroy(mt__watchdog *w)
             munmap((void *)w->peers[r].board, sizeof(slot));
     free(w->ids);
     free(w->peers);
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
     free(w);
 }
 
@@ -647,6 +670,12 @@ int mt__watchdog_start(mt__watchdog **out, mt__comm *c, double warn_s, double ti
     /* local set-up, then one agreement before the first collective of the start */
     mt__watchdog *w = mt__test_fail("watchdog-alloc", c->rank) ? NULL : calloc(1, sizeof *w);
     if (w) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_mutex_init(&w->lock, NULL);
+        pthread_cond_init(&w->wake, &ca);
+        pthread_condattr_destroy(&ca);
         w->comm = MPI_COMM_NULL;
         w->ids = calloc((size_t)c->size, sizeof *w->ids);
         w->peers = calloc((size_t)c->size, sizeof *w->peers);
@@ -704,7 +733,10 @@ void mt__watchdog_stop(mt__watchdog **wp)
     if (!wp || !*wp)
         return;
     mt__watchdog *w = *wp;
+    pthread_mutex_lock(&w->lock);
     atomic_store(&w->stop, 1);
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
     pthread_join(w->thread, NULL);
     w->threaded = false;
     destroy(w);

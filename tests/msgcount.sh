@@ -6,10 +6,14 @@
 # (pml_monitoring_enable=2: the messages MPI's collectives are made of, per peer, written
 # at MPI_Finalize) counts the messages and bytes of the rest that rank 0 sends and receives.
 # Two runs per rank count, 4 and 12 reports, differ only in the reports: their difference
-# over 8 is one report's. Rank 0's messages per report must grow as log2 N (at most the
-# 2-rank count times log2 N, and one message of slack: the counts of a run move by a
-# message or two between runs), its bytes too (5% slack; no rank's metrics gathered), and
-# the MPI collectives it enters must not depend on N. MSGCOUNT_RANKS overrides "1 2 4 8 16 32 64".
+# over 8 is one report's. Rank 0's messages and bytes per report must grow as log2 N: at
+# most the 2-rank figures times 1.25 log2 N. The slack is Open MPI's: its tuned reduce
+# changes algorithm at 32 ranks (measured: 25.25 messages and 1.12x the bytes per log2 N
+# of the 2-rank run, 30 and 1.08x at 64). And no doubling of N may add more than twice
+# the bytes the first doubling (2 to 4 ranks) added: a cost in N, such as a gather of the
+# ranks' metrics, doubles its step at each doubling (measured: at most 1.64x, 16 to 32).
+# The MPI collectives rank 0 enters must not depend on N.
+# MSGCOUNT_RANKS overrides "1 2 4 8 16 32 64".
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 need_tier full
@@ -57,12 +61,15 @@ cat "$store/per"
 base=$(awk '$1 == 2 { print $3, $4 }' "$store/per")
 verdict=$(awk -v base="$base" '
     BEGIN { split(base, b, " ") }
-    $1 >= 2 { l = log($1) / log(2); if ($3 > b[1] * l + 1 || $4 > b[2] * l * 1.05) bad = bad " " $1
-              if (calls == "") calls = $2; else if ($2 != calls) cbad = cbad " " $1 }
+    $1 >= 2 { l = log($1) / log(2); if ($3 > b[1] * l * 1.25 || $4 > b[2] * l * 1.25) bad = bad " " $1
+              if (calls == "") calls = $2; else if ($2 != calls) cbad = cbad " " $1
+              if (prev != "" && $1 >= 4) { step = $4 - prev; if (first == "") first = step
+                  else if (step > 2 * first) bad = bad " " $1 " (step " step " B)" }
+              prev = $4 }
     END { print (bad == "" && cbad == "" ? "ok" : "over at" bad ", collectives differ at" cbad) }' \
     "$store/per")
 if [ -n "$base" ] && [ "$verdict" = ok ]; then
-    ok "rank 0's messages and bytes per report at most log2 N times the 2-rank ones, and the same collectives at every N ($(echo $ranks))"
+    ok "rank 0's messages and bytes per report at most 1.25 log2 N times the 2-rank ones, and the same collectives at every N ($(echo $ranks))"
 else bad "messages per report not O(log N): $verdict (2 ranks: '$base')"; cat "$store/per"; fi
 # the layout is cached: a report whose keys did not change enters one MPI collective, the
 # statistics' reduce (8 keys do not fit in the agreement's frame), beside its two
