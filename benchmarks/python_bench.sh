@@ -10,15 +10,8 @@
 # pairs' ratios, printed with its spread (lowest, highest pair).
 # A benchmark, not a test: it prints the figures and whether each budget was met. Run it on
 # a quiet machine; the interpreter is MT_PYTHON (default /usr/bin/python3).
-set -eu
-top=$(cd "$(dirname "$0")/.." && pwd)
-b=$(cd "${1:-$top/build-plain}" && pwd)
-np=${2:-2}
-py=${MT_PYTHON:-/usr/bin/python3}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-pybench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OPENBLAS_NUM_THREADS=1 PYTHONPATH="$b/python"
+bench=pybench
+. "$(dirname "$0")/python_env.sh"
 "$py" - "$tmp/data.h5" <<'PY'
 import sys, numpy as np, h5py
 rows = (256 << 20) // 4096                      # the shard suite's --quick file

@@ -34,6 +34,10 @@ from mpitrain import train
 from mpitrain.train import DataConfig, RunConfig
 from mpitrain.train.torch import TorchTrainer, prepare_model
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                                "python"))
+from fmnist_torch import make_model  # noqa: E402  (the models the example trains)
+
 p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 p.add_argument("--data", default=None, help="Fashion-MNIST HDF5 file for the time to accuracy")
 p.add_argument("--target", type=float, default=0.88)
@@ -48,14 +52,9 @@ BATCH = 64
 
 
 def make(kind):
+    """The example's model (examples/python/fmnist_torch.py), from the same seed."""
     torch.manual_seed(0)
-    if kind == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
-                             nn.ReLU(), nn.Linear(128, 10))
-    return nn.Sequential(nn.Unflatten(1, (1, 28, 28)),
-                         nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+    return make_model(kind)
 
 
 def slowest(seconds):

@@ -13,15 +13,9 @@
 # mpitrain-import; skipped without it). A benchmark, not a test: it prints the figures, the
 # machine's load, and whether each budget was met. Run it on a quiet machine; the
 # interpreter is MT_PYTHON (default /usr/bin/python3).
-set -eu
-top=$(cd "$(dirname "$0")/.." && pwd)
-b=$(cd "${1:-$top/build-plain}" && pwd)
-np=${2:-2}
-py=${MT_PYTHON:-/usr/bin/python3}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-torchbench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 PYTHONPATH="$b/python"
+bench=torchbench
+. "$(dirname "$0")/python_env.sh"
+export OMP_NUM_THREADS=1
 data=""
 if "$b/tools/mpitrain-import" fashion-mnist --output "$tmp/fmnist.h5" >"$tmp/import.out" 2>&1; then
     data="--data $tmp/fmnist.h5"

@@ -218,6 +218,16 @@ static void check(void)
     }
 }
 
+void mt__lifeline_settle(double s)
+{
+    if (!life.board)
+        return;
+    for (double t0 = mt__now(); mt__now() - t0 < s;) {
+        check();
+        sleep_s(TICK_S);
+    }
+}
+
 static void *watch(void *arg)
 {
     (void)arg;

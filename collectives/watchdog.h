@@ -61,5 +61,10 @@ void mt__lifeline_finalizing(void);
 void mt__lifeline_check(void);
 /* The last step of mt_finalize: this rank leaves normally; stops watching. */
 void mt__lifeline_leave(void);
+/* The spawn has failed: a spawned rank that died ends the job with MT_EXIT_LOST, as when
+ * the watching thread sees it (Open MPI fails MPI_Comm_spawn when a child dies before it
+ * joins). Looks at the board for up to s seconds (this process ends there if a rank has
+ * died); returns if none has. */
+void mt__lifeline_settle(double s);
 
 #endif

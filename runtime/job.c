@@ -126,10 +126,19 @@ int mt__spawn(int workers, double timeout_s)
     MPI_Info_set(info, "env", env); /* the lifeline's name */
     int *errs = calloc((size_t)workers, sizeof *errs);
     char **args = saved_argc > 1 ? saved_argv + 1 : MPI_ARGV_NULL;
+    /* a child that dies before it joins fails the spawn: returned (MPI_COMM_SELF's
+     * handler would abort this process with Open MPI's error class, 17), so that the
+     * lifeline's verdict, MT_EXIT_LOST, is the job's status */
+    MPI_Errhandler was;
+    MPI_Comm_get_errhandler(MPI_COMM_SELF, &was);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
     int e = MPI_Comm_spawn(exe, args, workers - 1, info, 0, MPI_COMM_SELF, &family, errs);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, was);
+    MPI_Errhandler_free(&was);
     MPI_Info_free(&info);
     free(errs);
     if (e != MPI_SUCCESS) {
+        mt__lifeline_settle(2.0);
         mt__lifeline_leave();
         return mt__mpi_error(e, "MPI_Comm_spawn (spawn mode)");
     }

@@ -2,7 +2,7 @@
 # The Python package (python/): its pytest files with the interpreter configure chose
 # (MT_PYTHON: Debian's, never a python3 without numpy that comes first on PATH), the build
 # tree as the package (PYTHONPATH=$b/python):
-#  - python/tests/test_api.py on every rank at once under mpirun at 1, 2 and 4 ranks (make
+#  - python/tests/test_api.py on every rank at once under mpirun at 1, 2, 3 and 4 ranks (make
 #    check: 2), and as one process with no launcher: every API point, configs, collectives (mismatches
 #    included), checkpoints, retries, an exception on one rank, data, torch, 10,000 calls
 #    with flat memory;
@@ -56,9 +56,9 @@ record() {
 }
 opts="-p no:cacheprovider -o console_output_style=classic -rfE"
 
-# make check: 2 ranks and no launcher; check-full: 1, 2 and 4 ranks too
+# make check: 2 ranks and no launcher; check-full: 1, 2, 3 and 4 ranks too
 nps="2"
-tier full && nps="1 2 4"
+tier full && nps="1 2 3 4"
 for np in $nps; do
     # every rank runs pytest; each writes its own log
     timeout -k 10 "$limit" mpirun --oversubscribe -np "$np" -x PYTHONPATH -x OPENBLAS_NUM_THREADS -x PYTHONDONTWRITEBYTECODE \

@@ -48,29 +48,6 @@ def accuracy(text):
     return v
 
 
-p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-p.add_argument("data", help="the HDF5 file of mpitrain-import fashion-mnist (/train, /test)")
-p.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
-               help="784-256-128-10 MLP, or two 5x5 convolutions (16, 32) with pooling")
-p.add_argument("--epochs", type=positive(int), default=10, help="at most this many (10)")
-p.add_argument("--batch-size", type=positive(int), default=64, help="per rank (64)")
-p.add_argument("--lr", type=positive(float), default=None,
-               help="Adam's learning rate (mlp 1e-3, cnn 2e-3)")
-p.add_argument("--target", type=accuracy, default=None,
-               help="stop after the first epoch whose test accuracy reaches it")
-p.add_argument("--workers", type=positive(int), default=None,
-               help="workers with no launcher (spawn mode); under mpirun: its -np")
-p.add_argument("--compression", choices=["none", "fp16", "bf16"], default=None,
-               help="gradients on the network in 16 bits (default: MT_FUSION_COMPRESS)")
-p.add_argument("--name", default=None, help="the run's name (fmnist-torch-MODEL)")
-p.add_argument("--storage-path", default=None, help="where runs are kept")
-args = p.parse_args()
-if not os.path.isfile(args.data):
-    p.error(f"{args.data}: no such file (make it with mpitrain-import fashion-mnist --output "
-            f"{args.data})")
-
-
 def make_model(kind: str) -> nn.Module:
     if kind == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
@@ -133,23 +110,54 @@ def train_func(config):
             break  # acc is the same on every rank: every rank stops here
 
 
-lr = args.lr or (1e-3 if args.model == "mlp" else 2e-3)
-trainer = TorchTrainer(
-    train_func,
-    train_loop_config={"model": args.model, "epochs": args.epochs, "lr": lr,
-                       "batch_size": args.batch_size, "target": args.target,
-                       "compression": args.compression},
-    scaling_config=ScalingConfig(num_workers=args.workers),
-    run_config=RunConfig(name=args.name or f"fmnist-torch-{args.model}",
-                         storage_path=args.storage_path,
-                         failure_config=FailureConfig(max_failures=2),
-                         checkpoint_config=CheckpointConfig(num_to_keep=2)),
-    datasets={"train": (args.data, "/train"), "test": (args.data, "/test")},
-    dataset_config=DataConfig(datasets_to_split=["train", "test"]),
-)
-result = trainer.fit()
-m = result.metrics
-if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")) == "0":  # one line
-    print(f"fmnist_torch: {args.model} test accuracy {m['test_acc']:.4f} after "
-          f"{m['epoch'] + 1} epochs ({m['samples_per_s']:.0f} samples/s a rank in the last); "
-          f"run directory {result.path}", flush=True)
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", help="the HDF5 file of mpitrain-import fashion-mnist (/train, /test)")
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
+                   help="784-256-128-10 MLP, or two 5x5 convolutions (16, 32) with pooling")
+    p.add_argument("--epochs", type=positive(int), default=10, help="at most this many (10)")
+    p.add_argument("--batch-size", type=positive(int), default=64, help="per rank (64)")
+    p.add_argument("--lr", type=positive(float), default=None,
+                   help="Adam's learning rate (mlp 1e-3, cnn 2e-3)")
+    p.add_argument("--target", type=accuracy, default=None,
+                   help="stop after the first epoch whose test accuracy reaches it")
+    p.add_argument("--workers", type=positive(int), default=None,
+                   help="workers with no launcher (spawn mode); under mpirun: its -np")
+    p.add_argument("--compression", choices=["none", "fp16", "bf16"], default=None,
+                   help="gradients on the network in 16 bits (default: MT_FUSION_COMPRESS)")
+    p.add_argument("--name", default=None, help="the run's name (fmnist-torch-MODEL)")
+    p.add_argument("--storage-path", default=None, help="where runs are kept")
+    args = p.parse_args()
+    if not os.path.isfile(args.data):
+        p.error(f"{args.data}: no such file (make it with mpitrain-import fashion-mnist --output "
+                f"{args.data})")
+    return args
+
+
+def main():
+    args = parse_args()
+    lr = args.lr or (1e-3 if args.model == "mlp" else 2e-3)
+    trainer = TorchTrainer(
+        train_func,
+        train_loop_config={"model": args.model, "epochs": args.epochs, "lr": lr,
+                           "batch_size": args.batch_size, "target": args.target,
+                           "compression": args.compression},
+        scaling_config=ScalingConfig(num_workers=args.workers),
+        run_config=RunConfig(name=args.name or f"fmnist-torch-{args.model}",
+                             storage_path=args.storage_path,
+                             failure_config=FailureConfig(max_failures=2),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+        datasets={"train": (args.data, "/train"), "test": (args.data, "/test")},
+        dataset_config=DataConfig(datasets_to_split=["train", "test"]),
+    )
+    result = trainer.fit()
+    m = result.metrics
+    if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")) == "0":  # one line
+        print(f"fmnist_torch: {args.model} test accuracy {m['test_acc']:.4f} after "
+              f"{m['epoch'] + 1} epochs ({m['samples_per_s']:.0f} samples/s a rank in the last); "
+              f"run directory {result.path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
