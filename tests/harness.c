@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int rank, size = 1;
@@ -179,8 +180,11 @@ int mt_test_main(int argc, char **argv, const char *suite, const mt_test *tests,
 int mt_test_main_with(int argc, char **argv, const char *suite, const mt_test *tests, bool mpi,
                       void (*before)(void), void (*after)(void))
 {
+    double t_start = mt__now(), t_init = t_start;
     if (mpi) {
-        if (mt_init(&argc, &argv) != MT_OK) {
+        int irc = mt_init(&argc, &argv);
+        t_init = mt__now();
+        if (irc != MT_OK) {
             fprintf(stderr, "%s: MPI initialisation failed: %s\n", suite, mt_last_error());
             return 2;
         }
@@ -220,8 +224,16 @@ int mt_test_main_with(int argc, char **argv, const char *suite, const mt_test *t
     if (after)
         after();
     remove_storage(mpi);
+    double t_fin = mt__now();
     if (mpi)
         mt_finalize();
+    if (mpi && getenv("MT_TEST_SHM")) { /* under tests/mpi_suite.sh: where a slow run's time went */
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        fprintf(stderr, "harness: rank %d: mt_init %.1f s, tests %.1f s, mt_finalize %.1f s, "
+                "main left at %lld.%03ld\n", rank, t_init - t_start, t_fin - t_init,
+                mt__now() - t_fin, (long long)now.tv_sec, now.tv_nsec / 1000000);
+    }
     return failures ? 1 : 0;
 }
 

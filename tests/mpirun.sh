@@ -26,6 +26,8 @@ over=--oversubscribe
 # shellcheck disable=SC2086
 timeout -k 10 "$limit" "$launcher" $over -np "$np" $args "$@"
 rc=$?
+# beside the harness's "main left at" lines: a slow end after main is the launcher's
+[ "${MT_TEST_SHM:-0}" = 1 ] && echo "mpirun.sh: the launcher ended at $(date +%s.%3N)" >&2
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     echo "TIMEOUT: $* at $np ranks did not finish in ${limit}s" >&2
 fi
