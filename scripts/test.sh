@@ -1,7 +1,8 @@
 #!/bin/sh
 # scripts/test.sh: set up this machine, then build and run the whole test suite, the full
 # tier (docs/testing.md): a plain build with --enable-werror and every test (make
-# check-full), a build with AddressSanitizer and UndefinedBehaviorSanitizer over the tests
+# check-full: its tests but the 64-rank ones beside the sanitizer build's, then those
+# alone), a build with AddressSanitizer and UndefinedBehaviorSanitizer over the tests
 # where they find things (make check-sanitizers: the CUnit suites at 1-4 ranks, chaos, the
 # hostile-input tests, fuzz replays), and make distcheck (the tarball builds, installs,
 # passes its fast tier and the README's commands after its install), and the MPICH leg
@@ -53,7 +54,7 @@ rm -f "$plain/check.status" "$asan/check.status" "$top/test-mpich.status"
 build plain "$plain" --enable-werror
 build sanitizers "$asan" --enable-werror --enable-sanitizers=address,undefined
 [ $status -eq 0 ] || { echo "=== TESTS FAILED (build)"; exit 1; }
-tests plain "$plain" check-full
+tests plain "$plain" check-full-shared
 plain_job=$!
 tests sanitizers "$asan" check-sanitizers
 asan_job=$!
@@ -77,8 +78,19 @@ distcheck_time=$(( $(date +%s) - t0 ))
 wait $plain_job
 wait $asan_job
 wait $mpich_job
-report plain "$plain" check-full
+# last, alone: the 64-rank tests (beside the others they slowed them several times over)
+t0=$(date +%s)
+make -C "$plain" check-many-ranks >"$plain/many-ranks.out" 2>&1
+many_rc=$?
+many_time=$(( $(date +%s) - t0 ))
+report plain "$plain" check-full-shared
 report sanitizers "$asan" check-sanitizers
+echo "=== the many-rank tests, alone (make check-many-ranks): ${many_time}s"
+if [ $many_rc -ne 0 ]; then
+    status=1
+    cat "$plain/many-ranks-suite.log" 2>/dev/null || tail -n 60 "$plain/many-ranks.out"
+fi
+grep -E "^(# |PASS|FAIL|ERROR)" "$plain/many-ranks.out"
 echo "=== make distcheck (tests at the fast tier): ${distcheck_time}s"
 echo "$distcheck"
 echo "=== MPICH (scripts/test-mpich.sh)"

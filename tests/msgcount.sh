@@ -17,9 +17,9 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 need_tier full
-# 64 ranks that poll (yielding) would starve the suite's other tests (a load of 39 on 2
-# cores: a sanitizer suite beside it timed out): this test and all it starts run at the
-# lowest priority, taking the cores when the others wait
+# 64 ranks that poll (yielding) starve whatever runs beside them (a load of 39 on 2
+# cores: a sanitizer suite beside it timed out): scripts/test.sh runs this test alone
+# (make check-many-ranks); beside a developer's other work it runs at the lowest priority
 renice -n 19 -p $$ >/dev/null 2>&1 || true
 scratch msgcount
 ranks=${MSGCOUNT_RANKS:-1 2 4 8 16 32 64}
