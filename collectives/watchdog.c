@@ -516,10 +516,10 @@ static void doze(mt__watchdog *w, double s)
     long ns = until.tv_nsec + (long)((s - floor(s)) * 1e9);
     until.tv_sec += (time_t)s + ns / 1000000000L;
     until.tv_nsec = ns % 1000000000L;
+    int e = 0; /* 0: woken (a stop, or spuriously: wait on); else timed out or failed */
     pthread_mutex_lock(&w->lock);
-    while (!atomic_load(&w->stop) &&
-           pthread_cond_timedwait(&w->wake, &w->lock, &until) != ETIMEDOUT)
-        ;
+    while (!atomic_load(&w->stop) && e == 0)
+        e = pthread_cond_timedwait(&w->wake, &w->lock, &until);
     pthread_mutex_unlock(&w->lock);
 }
 
