@@ -436,8 +436,8 @@ int main(int argc, char **argv)
     /* every file of the run in one private folder, removed at exit (collective) */
     char scratch[4096];
     /* rank 0's choices, on every rank: the paths below are collective */
-    bool new_name = scratch_agree(keep_run && cfg.run.name == default_name);
-    keep_run = scratch_agree(keep_run);
+    bool new_name = keep_run && cfg.run.name == default_name;
+    scratch_agree(&keep_run, &new_name);
     if (scratch_make(base, "mpitrain-bench", true, scratch, sizeof scratch))
         rc = MT_EIO;
     b.tmpdir = scratch;

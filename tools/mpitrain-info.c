@@ -152,8 +152,8 @@ int main(int argc, char **argv)
     }
     char tmp[4096] = "", name[256];
     /* rank 0's choices, on every rank: each path below is collective */
-    bool new_name = scratch_agree(asked && cfg.run.name == default_name);
-    asked = scratch_agree(asked);
+    bool new_name = asked && cfg.run.name == default_name;
+    scratch_agree(&asked, &new_name);
     if (new_name) { /* a storage path only: a new run there */
         scratch_run_name("mpitrain-info", cfg.run.storage_path, name, sizeof name);
         cfg.run.name = name;

@@ -38,11 +38,12 @@ int scratch_make(const char *base, const char *prog, bool share, char *path, siz
     return rc;
 }
 
-bool scratch_agree(bool mine)
+void scratch_agree(bool *keep, bool *new_name)
 {
-    int v = mine;
-    MPI_Bcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    return v != 0;
+    int v[2] = {*keep, *new_name};
+    MPI_Bcast(v, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    *keep = v[0] != 0;
+    *new_name = v[1] != 0;
 }
 
 void scratch_run_name(const char *prog, const char *storage_path, char *name, size_t len)

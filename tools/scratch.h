@@ -19,11 +19,12 @@ int scratch_make(const char *base, const char *prog, bool share, char *path, siz
  * name already, so running the program again never meets its last run (a name the user
  * gives is refused when it exists). Rank 0's name, on every rank. */
 void scratch_run_name(const char *prog, const char *storage_path, char *name, size_t len);
-/* Collective over MPI_COMM_WORLD: job rank 0's mine, on every rank. A program's choice
- * between collective paths (a temporary folder or the user's, a new run's name or the
- * user's) made from options and the environment, which mpirun may give each rank
- * differently: every rank takes rank 0's, so all enter the same collectives. */
-bool scratch_agree(bool mine);
+/* Collective over MPI_COMM_WORLD: job rank 0's choices, on every rank (one broadcast).
+ * A program's choices between collective paths (a temporary folder or the user's
+ * storage path, a new run's name or the user's) come from options and the environment,
+ * which mpirun may give each rank differently: every rank takes rank 0's, so all enter
+ * the same collectives. */
+void scratch_agree(bool *keep, bool *new_name);
 /* Job rank 0: remove path and everything in it (no-op for "" and on other ranks); the
  * program's own folder only. */
 void scratch_remove(const char *path);
