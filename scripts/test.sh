@@ -33,9 +33,9 @@ build() { # NAME DIR CONFIGURE-OPTIONS...
 # tests NAME DIR TARGET: make TARGET in DIR (in the background: its exit status in
 # DIR/check.status, its time in DIR/check.time)
 tests() {
-    name=$1; dir=$2; target=$3; jobs=${4:-$(nproc)}
+    name=$1; dir=$2; target=$3
     ( t0=$(date +%s)
-      make -C "$dir" -j"$jobs" "$target" >"$dir/check.out" 2>&1
+      make -C "$dir" -j"$(nproc)" "$target" >"$dir/check.out" 2>&1
       echo $? >"$dir/check.status"
       echo "$(( $(date +%s) - t0 ))" >"$dir/check.time" ) &
 }
