@@ -3,6 +3,7 @@
 # checks only that they ran and that their output is well formed, never a timing:
 #  - mpitrain-bench --sizes: a list it cannot read is refused (exit 2, naming it); a list
 #    limits the allreduce and checkpoint suites to those byte counts;
+#  - benchmarks/torch_cluster_bench.sh: --help, and its option checks (exit 2, naming them);
 #  - (plain build) benchmarks/scaling.sh at 1 and 2 ranks: every figure at both rank
 #    counts in the table, the fits table, JSON lines that jsonl_check accepts;
 #  - (plain build, root, python3-torch) benchmarks/cluster_bench.sh --quick on the
@@ -54,6 +55,19 @@ if [ $rc -eq 0 ] && grep -q "budget: mt_report .*(over it in this quick run (no 
     && ! grep -q "NOT met" "$out"; then
     ok "mpitrain-bench --quick gives no 'NOT met' verdict on a missed budget"
 else bad "mpitrain-bench --quick on a missed budget (exit $rc)"; grep budget "$out"; fi
+
+# torch_cluster_bench.sh's options (its figures need the cluster and torch: by hand)
+sh "$top/benchmarks/torch_cluster_bench.sh" --help >"$out" 2>"$err"
+rc1=$?
+sh "$top/benchmarks/torch_cluster_bench.sh" --profiles "none 5gbit" >"$out.2" 2>"$err"
+rc2=$?
+sh "$top/benchmarks/torch_cluster_bench.sh" --rounds 0 >>"$out.2" 2>>"$err"
+rc3=$?
+if [ $rc1 -eq 0 ] && grep -q "^benchmarks/torch_cluster_bench.sh \[BUILD_DIR\]" "$out" \
+    && [ $rc2 -eq 2 ] && grep -q "profile '5gbit': none, 10gbit or 1gbit" "$err" \
+    && [ $rc3 -eq 2 ] && grep -q -- "--rounds '0': a count >= 1" "$err"; then
+    ok "torch_cluster_bench.sh: --help prints its usage; an unknown profile and --rounds 0 are refused (exit 2, naming them)"
+else bad "torch_cluster_bench.sh's options (exits $rc1 $rc2 $rc3)"; cat "$err"; fi
 
 if [ -n "${MT_SANITIZED:-}" ]; then
     echo "skipped: the scripts run in the plain build"
