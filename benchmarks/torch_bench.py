@@ -8,7 +8,8 @@ At one torch thread a rank, batch 64 a rank, the same model, batches and recipe 
   examples/python/fmnist_torch.py, with mpitrain (prepare_model), with DDP (gloo, its
   default buckets), and with no communication at all (the ceiling: every rank steps alone,
   at the same time, so the machine is as busy). The three take turns, round after round;
-  each figure is the median of its rounds, a rank's figure the slowest rank's;
+  each figure is the median of its rounds, a rank's figure the slowest rank's, and each
+  ratio the median of the rounds' ratios (with their spread);
 - with --data (the file of mpitrain-import fashion-mnist): the MLP trained on it from the
   same start with mpitrain and with DDP on the same batches, the two taking turns batch by
   batch, tested every quarter epoch, and each one's training time (its steps only) until
@@ -42,8 +43,8 @@ p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 p.add_argument("--data", default=None, help="Fashion-MNIST HDF5 file for the time to accuracy")
 p.add_argument("--target", type=float, default=0.88)
 p.add_argument("--epochs", type=int, default=10, help="at most, for the time to accuracy")
-p.add_argument("--rounds", type=int, default=5)
-p.add_argument("--seconds", type=float, default=2.0, help="a round's length per mode (about)")
+p.add_argument("--rounds", type=int, default=9)
+p.add_argument("--seconds", type=float, default=1.2, help="a round's length per mode (about)")
 p.add_argument("--models", default="mlp,cnn")
 p.add_argument("--json", default=None)
 p.add_argument("--storage-path", default=os.environ.get("TMPDIR", "/tmp"))
@@ -97,6 +98,14 @@ def throughput(kind):
             got[k].append(steps * BATCH / steps_per_s(modes[k], opts[k], xs, ys, steps))
     out = {k: statistics.median(v) for k, v in got.items()}
     out["spread"] = {k: [min(v), max(v)] for k, v in got.items()}
+    # ratios round by round (the ways of a round ran back to back, so a slow spell of the
+    # machine slows all three): their medians and spreads, less noisy than the medians'
+    # ratio
+    for name, a, b in (("mt_ddp", "mpitrain", "ddp"), ("mt_ceiling", "mpitrain", "ceiling"),
+                       ("ddp_ceiling", "ddp", "ceiling")):
+        r = [x / y for x, y in zip(got[a], got[b])]
+        out[name] = statistics.median(r)
+        out[name + "_spread"] = [min(r), max(r)]
     out["algo"] = ours.fusion_algo
     out["steps_per_round"] = steps
     return out
@@ -197,13 +206,13 @@ if os.environ.get("OMPI_COMM_WORLD_RANK", "0") != "0":
     sys.exit(0)
 print(f"prepare_model vs DDP (gloo) at {RESULT['ranks']} ranks, one torch thread a rank, "
       f"batch {BATCH} a rank (medians of {args.rounds} rounds, samples/s a rank):")
-print(f"{'model':6s} {'ceiling':>9s} {'mpitrain':>9s} {'DDP':>9s} {'mt/DDP':>7s} {'mt/ceil':>8s} "
-      f"{'DDP/ceil':>8s}  algo")
+print(f"{'model':6s} {'ceiling':>9s} {'mpitrain':>9s} {'DDP':>9s} {'mt/DDP':>16s} {'mt/ceil':>16s} "
+      f"{'DDP/ceil':>16s}  algo   (ratios: median of the rounds' ratios, min-max)")
 for kind in args.models.split(","):
     r = RESULT[kind]
-    print(f"{kind:6s} {r['ceiling']:9.0f} {r['mpitrain']:9.0f} {r['ddp']:9.0f} "
-          f"{r['mpitrain'] / r['ddp']:7.2f} {r['mpitrain'] / r['ceiling']:8.2f} "
-          f"{r['ddp'] / r['ceiling']:8.2f}  {r['algo']}")
+    cells = " ".join(f"{r[k]:5.2f} ({r[k + '_spread'][0]:.2f}-{r[k + '_spread'][1]:.2f})"
+                     for k in ("mt_ddp", "mt_ceiling", "ddp_ceiling"))
+    print(f"{kind:6s} {r['ceiling']:9.0f} {r['mpitrain']:9.0f} {r['ddp']:9.0f} {cells}  {r['algo']}")
 if "time_to_accuracy" in RESULT:
     t = RESULT["time_to_accuracy"]
     a, d, c = (t[k]["seconds"] for k in ("mpitrain", "ddp", "ceiling"))

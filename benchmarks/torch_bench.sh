@@ -35,12 +35,11 @@ r = json.load(open(sys.argv[1]))
 rows = []
 for kind, want in (("mlp", 3.0), ("cnn", 1.5)):
     m = r[kind]
-    rows.append((f"{kind} samples/s vs DDP", m["mpitrain"] / m["ddp"], f">= {want}x",
-                 m["mpitrain"] / m["ddp"] >= want))
-    rows.append((f"{kind} samples/s vs the ceiling", m["mpitrain"] / m["ceiling"], ">= 0.85x",
-                 m["mpitrain"] / m["ceiling"] >= 0.85))
-    rows.append((f"{kind} DDP vs the ceiling (the limit)", m["ddp"] / m["ceiling"], "stated",
-                 None))
+    rows.append((f"{kind} samples/s vs DDP", m["mt_ddp"], f">= {want}x", m["mt_ddp"] >= want))
+    rows.append((f"{kind} samples/s vs the ceiling", m["mt_ceiling"], ">= 0.85x",
+                 m["mt_ceiling"] >= 0.85))
+    rows.append((f"{kind} DDP vs the ceiling (mt/DDP's limit: its inverse)", m["ddp_ceiling"],
+                 f"stated: at most {1 / m['ddp_ceiling']:.2f}x DDP", None))
 t = r.get("time_to_accuracy")
 if t:
     a, d = t["mpitrain"]["seconds"], t["ddp"]["seconds"]
