@@ -45,9 +45,10 @@ else bad "a missing data file (exit $rc)"; fi
     "${top_srcdir:-.}/benchmarks/torch_bench.py" --rounds 1 --seconds 0.2 --storage-path "$store" \
     --json "$store/bench.json" >"$out" 2>"$err"
 rc=$?
-rows=$(grep -cE '^(mlp|cnn) +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +shm$' "$out")
+rows=$(grep -cE '^(mlp|cnn) +[0-9]+ +[0-9]+ +[0-9]+( +[0-9.]+ \([0-9.]+-[0-9.]+\)){3} +shm$' "$out")
 if [ $rc -eq 0 ] && [ "$rows" -eq 2 ] && "$py" -c "import json, sys; r = json.load(open(sys.argv[1])); \
-    assert all(r[k][w] > 0 for k in ('mlp', 'cnn') for w in ('ceiling', 'mpitrain', 'ddp'))" \
+    assert all(r[k][w] > 0 for k in ('mlp', 'cnn') for w in ('ceiling', 'mpitrain', 'ddp', \
+    'mt_ddp', 'mt_ceiling', 'ddp_ceiling'))" \
     "$store/bench.json"; then
     ok "benchmarks/torch_bench.py runs: a row per model, every figure in its JSON"
 else bad "benchmarks/torch_bench.py (exit $rc, $rows rows)"; fi
