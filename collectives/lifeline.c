@@ -64,6 +64,7 @@ static struct {
     double began;
     _Atomic double finalizing; /* when this rank entered mt_finalize (0: not yet) */
     _Atomic double all_in;     /* when every rank was first seen in mt_finalize (0: not yet) */
+    atomic_int spawned;  /* the parent's MPI_Comm_spawn has returned */
     atomic_int merged;   /* every entry is claimed for good (the merge is done) */
     atomic_int stop;
     pthread_t thread;
@@ -173,11 +174,12 @@ _Noreturn static void lost(const entry *e, int peer_rank)
  * mt_finalize longer than that with every rank there. */
 static void check(void)
 {
-    int absent = 0, finalizing = 0;
+    int absent = 0, started = 0, finalizing = 0;
     for (int i = 0; i < life.n; i++) {
         const entry *e = &life.board[i];
         int st = atomic_load_explicit(&e->state, memory_order_acquire);
         absent += i != life.me && (st == FREE || atomic_load(&e->rank) < 0);
+        started += i != life.me && st != FREE;
         finalizing += st == FINALIZING || st == LEFT;
         if (i == life.me || (st != ALIVE && st != FINALIZING) ||
             !mt__process_gone(e->pid, e->start))
@@ -189,11 +191,18 @@ static void check(void)
     double now = mt__now(), timeout = atomic_load(&life.timeout_s);
     if (absent && life.me == 0 && !atomic_load(&life.merged) && timeout > 0 &&
         now - life.began > timeout) {
-        char line[256];
+        /* how far the spawn got: the children in mt_init (each claims its entry there,
+         * before MPI_Init), MPI_Comm_spawn returned (every child is through MPI_Init), or
+         * only the merge is left */
+        char line[384];
         snprintf(line, sizeof line,
                  "mpitrain: rank 0 (host %s): %d of the %d spawned ranks did not join the job "
-                 "within %g s (failure.stall_timeout_s); ending it with status %d\n",
-                 life.host, absent, life.n - 1, timeout, MT_EXIT_STALLED);
+                 "within %g s (failure.stall_timeout_s; %d of them had reached mt_init, and "
+                 "MPI_Comm_spawn %s); ending it with status %d\n",
+                 life.host, absent, life.n - 1, timeout, started,
+                 atomic_load(&life.spawned) ? "had returned: the merge had not ended"
+                                            : "had not returned",
+                 MT_EXIT_STALLED);
         forget_name();
         end(MT_EXIT_STALLED, line, false);
     }
@@ -255,6 +264,7 @@ static int take(int i, int rank)
 {
     entry *e = &life.board[i];
     atomic_store(&life.stop, 0);
+    atomic_store(&life.spawned, 0);
     atomic_store(&life.merged, 0);
     atomic_store(&life.finalizing, 0);
     atomic_store(&life.all_in, 0);
@@ -343,6 +353,11 @@ int mt__lifeline_join(void)
     }
     release();
     return mt__error(MT_EINVAL, "spawn mode: more spawned ranks than the job has room for");
+}
+
+void mt__lifeline_spawned(void)
+{
+    atomic_store(&life.spawned, 1);
 }
 
 void mt__lifeline_merged(int rank)

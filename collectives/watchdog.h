@@ -50,6 +50,8 @@ void mt__end_job_say(const char *text);
 int mt__lifeline_create(int n, double timeout_s, char *env, size_t env_len);
 /* A spawned child, before MPI_Init: joins the board named in its environment, if any. */
 int mt__lifeline_join(void);
+/* The parent: its MPI_Comm_spawn returned (every child is through MPI_Init). */
+void mt__lifeline_spawned(void);
 /* After the merge: this process is rank `rank` of the job (and every child has joined). */
 void mt__lifeline_merged(int rank);
 /* The stall timeout (failure.stall_timeout_s) of this rank's fit (0, before any fit: the

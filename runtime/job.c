@@ -142,6 +142,7 @@ int mt__spawn(int workers, double timeout_s)
         mt__lifeline_leave();
         return mt__mpi_error(e, "MPI_Comm_spawn (spawn mode)");
     }
+    mt__lifeline_spawned();
     MPI_Comm_set_errhandler(family, MPI_ERRORS_RETURN); /* mt_finalize: errors return */
     MT__MPI(MPI_Intercomm_merge(family, 0, &job_world), out);
     mt__lifeline_merged(0);
