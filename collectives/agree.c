@@ -17,10 +17,11 @@
  * result reaches the caller only when the agreement is OK. Every agreement, with a
  * payload or without, is the same exchange of one frame, so ranks in different calls, or
  * the same one with different sizes, still meet in matching messages and learn it from
- * the words. The frame is 256 bytes: measured on the
+ * the words. The frame is at most 256 bytes: measured on the
  * project's machine (Open MPI 4.1, shared memory, 2 ranks), an allreduce of up to 256
  * bytes cost the same as one of 56 (1.8 us), and one of 320 bytes 2.8 us (the shared
  * memory transport's inline limit), so a larger frame would make every agreement slower.
+ * A rank sends only the words (64 bytes) and the payload bytes its call uses.
  *
  * Invariant: each rank calls mt__agree the same number of times, so c->seq is equal on
  * every rank and the agreement itself can never be matched against a data collective.
@@ -28,6 +29,7 @@
 #include "collectives.h"
 #include "position.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,31 +94,34 @@ static void combine_frames(const frame *in, frame *out)
  * (a linear algorithm) and 10 at 16 and 12 at 64 (tests/msgcount.sh). Every combining
  * rule is commutative to the bit, so both partners of a step hold the same frame after
  * it, and every rank ends with the same one. */
-static int frame_allreduce(frame *f, const mt__comm *c)
+static int frame_allreduce(frame *f, size_t pay, const mt__comm *c)
 {
     frame in;
-    int n = (int)sizeof *f, pof2 = 1;
+    /* each rank sends its words and the payload bytes its call uses, and receives up to
+     * a whole frame: a partner in a call of another size sends another length, and its
+     * payload, never combined with this one (its description differs), is not read */
+    int n = (int)(offsetof(frame, pay) + pay), full = (int)sizeof *f, pof2 = 1;
     while (pof2 * 2 <= c->size)
         pof2 *= 2;
     int rem = c->size - pof2, me = c->rank, vrank = me - rem, e = MPI_SUCCESS;
     if (me < 2 * rem) {
         if (me % 2 == 0)
             e = MPI_Send(f, n, MPI_BYTE, me + 1, MT__TAG_AGREE, c->comm);
-        else if ((e = MPI_Recv(&in, n, MPI_BYTE, me - 1, MT__TAG_AGREE, c->comm,
+        else if ((e = MPI_Recv(&in, full, MPI_BYTE, me - 1, MT__TAG_AGREE, c->comm,
                                MPI_STATUS_IGNORE)) == MPI_SUCCESS)
             combine_frames(&in, f);
         vrank = me % 2 ? me / 2 : -1;
     }
     for (int mask = 1; vrank >= 0 && e == MPI_SUCCESS && mask < pof2; mask <<= 1) {
         int vpeer = vrank ^ mask, peer = vpeer < rem ? vpeer * 2 + 1 : vpeer + rem;
-        e = MPI_Sendrecv(f, n, MPI_BYTE, peer, MT__TAG_AGREE, &in, n, MPI_BYTE, peer,
+        e = MPI_Sendrecv(f, n, MPI_BYTE, peer, MT__TAG_AGREE, &in, full, MPI_BYTE, peer,
                          MT__TAG_AGREE, c->comm, MPI_STATUS_IGNORE);
         if (e == MPI_SUCCESS)
             combine_frames(&in, f);
     }
     if (e == MPI_SUCCESS && me < 2 * rem)
         e = me % 2 ? MPI_Send(f, n, MPI_BYTE, me - 1, MT__TAG_AGREE, c->comm)
-                   : MPI_Recv(f, n, MPI_BYTE, me + 1, MT__TAG_AGREE, c->comm,
+                   : MPI_Recv(f, full, MPI_BYTE, me + 1, MT__TAG_AGREE, c->comm,
                               MPI_STATUS_IGNORE);
     return e;
 }
@@ -218,13 +223,15 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
     MT__TRACE("agree", "agree");
     uint64_t seq = c->seq++;
     int64_t s = (int64_t)(call->sig >> 1);
-    frame f = {.w = {
+    frame f; /* the words; of the payload, only the bytes this call uses are set and sent */
+    const int64_t words[W_COUNT] = {
         [W_KIND] = call->kind, [W_NKIND] = -call->kind,
         [W_SIG] = s, [W_NSIG] = -s,
         [W_VALUE] = nvalues > 0 ? value[0] : 0,
         [W_VALUE2] = nvalues > 1 ? value[1] : 0,
         [W_DESC] = describe(p),
-    }};
+    };
+    memcpy(f.w, words, sizeof words);
     size_t pay = p ? mt__payload_bytes(p) : 0;
     if (pay > sizeof f.pay) { /* a caller's mistake: never past the frame */
         if (!status)
@@ -234,8 +241,8 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
     }
     if (status == MT_OK && pay)
         memcpy(f.pay, p->buf, pay);
-    else
-        memset(f.pay, 0, sizeof f.pay);
+    else if (pay)
+        memset(f.pay, 0, pay);
     f.w[W_FAIL] = fail_key(c, status);
     mt__winner none;
     if (!who)
@@ -246,7 +253,7 @@ static int agree(mt__comm *c, const mt__call *call, int status, mt__winner *who,
     *same = false;
     *broken = true;
     mt__watch_enter(call, seq);
-    int e = frame_allreduce(&f, c);
+    int e = frame_allreduce(&f, pay, c);
     mt__watch_leave();
     if (e != MPI_SUCCESS)
         return mt__mpi_error(e, "MPI_Allreduce (agreement)");

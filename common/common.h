@@ -148,7 +148,7 @@ int mt__env_bool(const char *var, bool *out); /* "0" or "1" */
 #define MT__FUSION_ALGO_MAP(XX) XX("auto") XX("flat") XX("shm") XX("hier")
 #define MT__COMPRESSION_MAP(XX) XX("none") XX("fp16") XX("bf16")
 
-/* Mix v into a 64-bit hash (FNV-1a over its 8 bytes; h 0 starts one): the signatures of
+/* Mix v into a 64-bit hash (MurmurHash3's finaliser; h 0 starts one): the signatures of
  * collective calls, checkpoints, data options and fusion registrations. */
 uint64_t mt__sig_mix(uint64_t h, uint64_t v);
 
