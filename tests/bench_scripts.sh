@@ -42,10 +42,13 @@ else bad "mpitrain-bench --sizes 16,1K (exit $rc, measured: $got)"; fi
     >"$out" 2>"$err"
 rc=$?
 row=$(awk '$1 == 65536 { print $NF }' "$out")
-if [ $rc -eq 0 ] && grep -q "bytes  *iters  *raw_us  *mt_us  *mt_max_us  *ratio  *extra_us  *algbw_GBps  *busbw_GBps  *wrong" "$out" \
+if [ $rc -eq 0 ] && grep -q "bytes  *iters  *raw_us  *mt_us  *mt_max_us  *ratio  *ratio_spread  *extra_us  *algbw_GBps  *busbw_GBps  *wrong" "$out" \
     && grep -q "each time: the median of 3 repetitions of N calls" "$out" && [ "$row" = 0 ] \
-    && grep -q '"reps": 3, "wrong": 0' "$store/w.jsonl"; then
-    ok "mpitrain-bench's allreduce table: units in the header, what each time is, 0 wrong values at 2 ranks"
+    && grep -q '"reps": 3, "wrong": 0' "$store/w.jsonl" \
+    && /usr/bin/python3 -c 'import json, sys
+r = [j for j in map(json.loads, open(sys.argv[1])) if j.get("suite") == "allreduce"][0]
+sys.exit(not r["ratio_min"] <= r["ratio"] <= r["ratio_max"])' "$store/w.jsonl"; then
+    ok "mpitrain-bench's allreduce table: units in the header, what each time is, the ratio a median of the repetitions' within their spread, 0 wrong values at 2 ranks"
 else bad "mpitrain-bench's allreduce table (exit $rc, wrong '$row')"; cat "$out"; fi
 # a budget missed in a quick run is no verdict (one noisy sample): a report budget no
 # machine meets, at 2 ranks
