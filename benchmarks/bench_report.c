@@ -325,10 +325,6 @@ static int train_step(bench *b, float *work, size_t nwork, float *grad, size_t n
     return mt_allreduce(b->ctx, grad, ngrad, MT_F32, MT_MEAN);
 }
 
-/* `epochs` epochs of `steps` steps, each epoch ending with a report, with a checkpoint of
- * `part` (this rank's rows) when ck: samples (steps x 64 a rank) per second, over ranks'
- * slowest, timed until the last report returns (a commit still in flight then overlaps
- * the next epoch of a longer run). */
 /* This process's CPU seconds so far, every thread's (the commit's thread included). */
 static double cpu_s(void)
 {
@@ -338,7 +334,11 @@ static double cpu_s(void)
            (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
 }
 
-/* ... and *cpu: the CPU seconds the loop took over all ranks, its last commit included. */
+/* `epochs` epochs of `steps` steps, each epoch ending with a report, with a checkpoint of
+ * `part` (this rank's rows) when ck: *sps, samples (steps x 64 a rank) per second, over
+ * ranks' slowest, timed until the last report returns (a commit still in flight then
+ * overlaps the next epoch of a longer run); *cpu, the CPU seconds the loop took over all
+ * ranks, that last commit included. */
 static int train_loop(bench *b, int epochs, int steps, bool ck, unsigned char *part,
                       size_t len, float *work, size_t nwork, float *grad, size_t ngrad,
                       double *sps, double *cpu)

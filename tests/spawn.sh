@@ -131,8 +131,8 @@ else bad "spawn mode, 3 workers: rank 0 slow before mt_finalize (exit $rc, want 
 # shellcheck disable=SC2086
 [ -n "$left" ] && kill -9 $left 2>/dev/null
 run_dying 2 stop-init:1 stopped-child --stall-warn 2 --stall-timeout 8
-if [ $rc -eq 76 ] && [ -z "$left$shm" ] && grep -q "1 of the 1 spawned ranks did not join the job within 8 s" "$err"; then
-    ok "spawn mode: a spawned rank that hangs before it joins ends the job with 76, nothing left"
+if [ $rc -eq 76 ] && [ -z "$left$shm" ] && grep -q "1 of the 1 spawned ranks did not join the job within 8 s (failure.stall_timeout_s; 0 of them had reached mt_init, and MPI_Comm_spawn had not returned)" "$err"; then
+    ok "spawn mode: a spawned rank that hangs before it joins ends the job with 76, naming how far the spawn got, nothing left"
 else bad "spawn mode: spawned rank stopped before joining (exit $rc, want 76; left:$left $shm)"; fi
 # shellcheck disable=SC2086
 [ -n "$left" ] && kill -9 $left 2>/dev/null
