@@ -565,7 +565,12 @@ MT_EXTERN const char *mt_metrics_key(const mt_metrics *m, size_t i);
  * rank, or NULL on every rank; one being built: a stored one is MT_EINVAL) the checkpoint
  * is committed before it returns; with run.checkpoint.async_commit, once it is staged
  * (the commit goes on in a thread; this report first waits for the one in flight, and
- * any report returns a failed one's error on every rank). Returns MT_ESTOP once a stop was requested
+ * any report returns a failed one's error on every rank). A report without a checkpoint
+ * is one agreement on every rank: rank 0's thread writes its row to result.json and
+ * progress.csv, in report order, and a row it cannot write (a full disk) is every rank's
+ * error at a later report (the next checkpointing one at the latest) or at the end of
+ * the attempt, naming the file and the iterations left out; a report with a checkpoint
+ * writes every row before its own. Returns MT_ESTOP once a stop was requested
  * (SIGTERM/SIGUSR1) and a checkpoint has been committed since. Bad input found here (a
  * reserved key, a score attribute the first report lacks, a stored checkpoint) fails the
  * attempt without a retry: a retry would fail the same way. */

@@ -242,14 +242,16 @@ int mt__metrics_copy(mt_metrics *dst, const mt_metrics *src)
 /* ------------------------------------------------------------ encoding */
 
 /* [type u8][key len u16][key][value: 8 bytes | u32 len + bytes] ... */
-int mt__metrics_encode(const mt_metrics *m, char **out, size_t *len)
+size_t mt__metrics_encoded_len(const mt_metrics *m)
 {
     size_t n = 0;
     for (int i = 0; m && i < m->n; i++)
         n += 3 + strlen(m->e[i].key) + (m->e[i].type == MT__METRIC_STR ? 4 + strlen(m->e[i].s) : 8);
-    char *b = malloc(n ? n : 1), *p = b;
-    if (!b)
-        return mt__error(MT_ENOMEM, "out of memory encoding metrics");
+    return n;
+}
+
+void mt__metrics_encode_to(const mt_metrics *m, char *p)
+{
     for (int i = 0; m && i < m->n; i++) {
         const mt__metric *e = &m->e[i];
         uint16_t kl = (uint16_t)strlen(e->key);
@@ -265,6 +267,15 @@ int mt__metrics_encode(const mt_metrics *m, char **out, size_t *len)
         else
             memcpy(p, &e->i, 8), p += 8;
     }
+}
+
+int mt__metrics_encode(const mt_metrics *m, char **out, size_t *len)
+{
+    size_t n = mt__metrics_encoded_len(m);
+    char *b = malloc(n ? n : 1);
+    if (!b)
+        return mt__error(MT_ENOMEM, "out of memory encoding metrics");
+    mt__metrics_encode_to(m, b);
     *out = b;
     *len = n;
     return MT_OK;

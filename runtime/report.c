@@ -1,10 +1,16 @@
 /*
  * report.c -- mt_report: one opening agreement (which also carries the per-rank
  * statistics when their layout is cached and small, spread.c), the statistics' reduction
- * to rank 0 otherwise, an optional checkpoint commit, rank 0's line in result.json and
- * progress.csv (its own metrics, the automatic keys, the per-rank spread), and one closing
- * agreement so that a write failure on rank 0 is every rank's error. No rank's metrics
- * are gathered: rank 0's make the row, the others' only reach it through the statistics.
+ * to rank 0 otherwise, and then:
+ *  - without a checkpoint, nothing more on any rank: rank 0 queues its row for its writer
+ *    thread (rowlog.c), which appends it to result.json and progress.csv; a row that
+ *    cannot be written is every rank's error at a later report (at the next checkpointing
+ *    one or the attempt's end at the latest), so no closing step is needed;
+ *  - with one, every queued row written first, the commit, rank 0's row written here,
+ *    and one closing agreement so that a write failure on rank 0 is every rank's error at
+ *    this report.
+ * No rank's metrics are gathered: rank 0's make the row, the others' only reach it
+ * through the statistics.
  *
  * The opening agreement also carries stop requests (SIGTERM/SIGUSR1 on any rank): from
  * then on mt_should_checkpoint is true on every rank, and the report that commits the
@@ -49,56 +55,27 @@ static json_t *build_row(mt_context *c, const mt_metrics *m, const mt__spread_st
     return j;
 }
 
-/* MT_ENOMEM when a key could not be added (to row or j). */
-static int add_auto(mt_context *c, mt_metrics *row, json_t *j, int64_t iteration, double now,
-                    const char *ckname)
+/* The automatic values of the report at `now`. */
+static mt__row_auto auto_values(const mt_context *c, int64_t iteration, double now)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    double stamp = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-    double this_iter = now - c->last_report, total = c->time_before + now - c->start;
     /* Ray's name: 1 on the first report of each attempt, so a row where it is 1 and
      * training_iteration is not is where a run resumed (mpitrain-show marks those) */
-    int64_t since_restore = c->reports + 1;
-    int bad = mt__metrics_put(row, "training_iteration", MT__METRIC_I64, 0, iteration, NULL, false) |
-              mt__metrics_put(row, "iterations_since_restore", MT__METRIC_I64, 0, since_restore,
-                              NULL, false) |
-              mt__metrics_put(row, "timestamp", MT__METRIC_F64, stamp, 0, NULL, false) |
-              mt__metrics_put(row, "time_this_iter_s", MT__METRIC_F64, this_iter, 0, NULL, false) |
-              mt__metrics_put(row, "time_total_s", MT__METRIC_F64, total, 0, NULL, false) |
-              json_object_set_new(j, "training_iteration", json_integer(iteration)) |
-              json_object_set_new(j, "iterations_since_restore", json_integer(since_restore)) |
-              json_object_set_new(j, "timestamp", json_real(stamp)) |
-              json_object_set_new(j, "time_this_iter_s", json_real(this_iter)) |
-              json_object_set_new(j, "time_total_s", json_real(total));
-    if (ckname && *ckname)
-        bad |= mt__metrics_put(row, "checkpoint_dir_name", MT__METRIC_STR, 0, 0, ckname, false) |
-               json_object_set_new(j, "checkpoint_dir_name", json_string(ckname));
-    return bad ? mt__error(MT_ENOMEM, "out of memory building a report") : MT_OK;
+    return (mt__row_auto){.iteration = iteration, .since_restore = c->reports + 1,
+                          .stamp = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec,
+                          .this_iter = now - c->last_report,
+                          .total = c->time_before + now - c->start};
 }
 
-static void print_line(const mt_metrics *row, int64_t iteration, const char *ckname)
+/* Every rank: the report counted. */
+static void counted(mt_context *c, int64_t iteration, double now)
 {
-    double total = 0;
-    mt_metrics_get_f64(row, "time_total_s", &total);
-    char line[1024];
-    size_t n = (size_t)snprintf(line, sizeof line, "mpitrain: iter %lld  %.1fs ", (long long)iteration,
-                                total);
-    for (int i = 0; i < row->n && n < sizeof line - 64; i++) {
-        const mt__metric *e = &row->e[i];
-        if (mt__metrics_reserved(e->key))
-            continue;
-        if (e->type == MT__METRIC_F64)
-            n += (size_t)snprintf(line + n, sizeof line - n, " %s=%.4g", e->key, e->f);
-        else if (e->type == MT__METRIC_I64)
-            n += (size_t)snprintf(line + n, sizeof line - n, " %s=%lld", e->key, (long long)e->i);
-        else
-            n += (size_t)snprintf(line + n, sizeof line - n, " %s=%s", e->key, e->s);
-    }
-    if (ckname && *ckname && n < sizeof line - 40)
-        snprintf(line + n, sizeof line - n, "  [%s]", ckname);
-    printf("%s\n", line);
-    fflush(stdout);
+    c->iteration = iteration;
+    c->reports++;
+    c->last_report = now;
+    if (c->world_rank == 0)
+        c->run->iteration = iteration;
 }
 
 /* Rank 0, at the run's first report: run.checkpoint.score_attribute must be one of the
@@ -127,8 +104,13 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
     if (!mt__ctx_ok(c, "mt_report"))
         return MT_EINVAL;
     /* an asynchronous commit in flight: a report with a checkpoint waits for it, and a
-     * failed one is this report's error on every rank (checkpoint_async.c) */
+     * failed one is this report's error on every rank (checkpoint_async.c); so is a row
+     * rank 0's writer could not write, and a checkpointing report waits for every row
+     * queued before it (rowlog.c) */
     int status = mt__checkpoint_settle(c, ck != NULL);
+    int rows = mt__rows_settle(c, ck != NULL);
+    if (!status)
+        status = rows;
     /* a reserved key would replace an automatic one in the row: every rank's error */
     if (!status && (status = mt__metrics_check_user(m)))
         c->no_retry = true;
@@ -161,50 +143,53 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
         return rc;
     double now = mt__now();
     int64_t iteration = c->iteration + 1;
+    mt__row_auto a = auto_values(c, iteration, now);
+    if (!ck) { /* the opening agreement was the report: rank 0's writer makes the row */
+        if (c->world_rank == 0)
+            mt__rows_queue(c, m, &a, st.ready ? c->spread.quads : NULL,
+                           st.ready ? c->spread.nkeys : 0);
+        counted(c, iteration, now);
+        return MT_OK;
+    }
     mt_metrics *row = c->world_rank == 0 ? mt_metrics_new() : NULL;
     json_t *j = row ? build_row(c, m, &st, row) : NULL;
     if (c->world_rank == 0 && (!row || !j))
         status = mt__error(MT_ENOMEM, "out of memory building a report");
     char ckname[64] = "";
-    if (ck) {
-        if (row && j && !status) { /* the kept copy carries the automatic keys too */
-            json_t *scratch = json_object();
-            status = scratch ? add_auto(c, row, scratch, iteration, now, NULL)
-                             : mt__error(MT_ENOMEM, "out of memory building a report");
-            json_decref(scratch);
-        }
-        bool agreed = false;
-        int e = mt__checkpoint_commit(c, ck, c->run, row, iteration, ckname, sizeof ckname, &agreed);
-        if (agreed && e) { /* every rank knows already */
-            mt_metrics_free(&row);
-            json_decref(j);
-            return e;
-        }
-        if (!status)
-            status = e;
+    if (row && j && !status) { /* the kept copy carries the automatic keys too */
+        json_t *scratch = json_object();
+        status = scratch ? mt__row_add_auto(row, scratch, &a, NULL)
+                         : mt__error(MT_ENOMEM, "out of memory building a report");
+        json_decref(scratch);
     }
+    bool agreed = false;
+    int e = mt__checkpoint_commit(c, ck, c->run, row, iteration, ckname, sizeof ckname, &agreed);
+    if (agreed && e) { /* every rank knows already */
+        mt_metrics_free(&row);
+        json_decref(j);
+        return e;
+    }
+    if (!status)
+        status = e;
     if (c->world_rank == 0 && !status) {
-        status = add_auto(c, row, j, iteration, now, ckname);
+        status = mt__row_add_auto(row, j, &a, ckname);
         if (!status)
             status = mt__run_append(c->run, j);
         if (c->verbose >= 1)
-            print_line(row, iteration, ckname);
+            mt__row_print(row, iteration, ckname);
     }
     json_decref(j);
     mt__call done;
-    mt__call_init(&done, MT__CALL_REPORT_DONE, 0, ck != NULL, 0);
+    mt__call_init(&done, MT__CALL_REPORT_DONE, 0, 1, 0);
     rc = mt__agree(c->comm, &done, status, NULL);
     if (!rc) {
-        c->iteration = iteration;
-        c->reports++;
-        c->last_report = now;
+        counted(c, iteration, now);
         if (c->world_rank == 0) {
             mt_metrics_free(&c->last_metrics);
             c->last_metrics = row;
             row = NULL;
-            c->run->iteration = iteration;
         }
-        if (c->stop && ck) {
+        if (c->stop) {
             c->stopped_after_ckpt = true;
             rc = mt__error(MT_ESTOP, "stopped after %s for a stop request (preemption); rerun "
                                      "to resume", ckname[0] ? ckname : "the checkpoint");

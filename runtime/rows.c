@@ -178,6 +178,7 @@ int mt__run_open_logs(mt__rundir *r)
 
 void mt__run_close_logs(mt__rundir *r)
 {
+    mt__rows_stop(r);
     mt__csv_close(r);
     if (r->result)
         fclose(r->result);

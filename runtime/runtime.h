@@ -47,6 +47,9 @@ int mt__metrics_check_user(const mt_metrics *m);
 void mt__metrics_clear(mt_metrics *m);
 int mt__metrics_copy(mt_metrics *dst, const mt_metrics *src);
 int mt__metrics_encode(const mt_metrics *m, char **out, size_t *len);
+/* The encoding's length, and the encoding written to p (that many bytes). */
+size_t mt__metrics_encoded_len(const mt_metrics *m);
+void mt__metrics_encode_to(const mt_metrics *m, char *p);
 int mt__metrics_decode(mt_metrics *m, const char *b, size_t len);
 json_t *mt__metrics_to_json(const mt_metrics *m);
 /* The numbers and strings of a JSON object (a result.json row, run.json's metrics); keys
@@ -98,6 +101,10 @@ void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st);
 int mt__spread_finish(mt_context *c, const mt_metrics *m, mt__spread_step *st, int64_t len);
 /* Rank 0: "per_rank" added to row from the statistics (nothing at 1 rank). */
 int mt__spread_json(mt_context *c, const mt__spread_step *st, json_t *row);
+/* The same from its parts: row's "per_rank" from nkeys keys and their quads (min, max,
+ * sum, ranks), each printed at verbose >= 2. */
+int mt__spread_put(json_t *row, const char *const *keys, const double *quads, int nkeys,
+                   int verbose);
 void mt__spread_free(mt__spread *s);
 
 /* ------------------------------------------------------------ run directory (rank 0) */
@@ -122,6 +129,7 @@ typedef struct {
     FILE *result, *csv;
     pthread_t reaper;        /* removing checkpoints retention dropped */
     bool reaping;
+    struct mt__rowlog *rows; /* the row writer (rowlog.c), from the first report */
 } mt__rundir;
 /* jansson helpers (json.c). mt__json_dumps: json_dumps, checked by parsing the text back:
  * out of memory, jansson's dump can leave an object key out and still return text. NULL
@@ -165,6 +173,34 @@ int mt__run_supersede(mt__rundir *r, int64_t iteration);
  * result.json). r->time_total becomes at least the highest time_total_s of those rows (a
  * crashed attempt's time). */
 int mt__run_repair_logs(mt__rundir *r, int64_t *last_iteration);
+
+/* The row writer (rowlog.c, rank 0). A report's automatic values, taken at the report. */
+typedef struct {
+    int64_t iteration, since_restore;
+    double stamp, this_iter, total;
+} mt__row_auto;
+/* Rows not written: the first failure's code and text, the iterations left out. */
+typedef struct {
+    int code;
+    char msg[MT__MSG_LEN];
+    int64_t first, last, missing;
+} mt__row_failure;
+/* The automatic keys put in the row's metrics m and its JSON j (ckname: the checkpoint's
+ * folder, or NULL); MT_ENOMEM. */
+int mt__row_add_auto(mt_metrics *m, json_t *j, const mt__row_auto *a, const char *ckname);
+/* The progress line of a row (verbose >= 1). */
+void mt__row_print(const mt_metrics *m, int64_t iteration, const char *ckname);
+/* Rank 0, a report without a checkpoint: its row queued for the writer thread (started at
+ * the first; written at once when it cannot start), with nkeys quads of per-rank
+ * statistics (0: none). A failure is kept for mt__rows_settle (a later report's). */
+void mt__rows_queue(mt_context *c, const mt_metrics *m, const mt__row_auto *a,
+                    const double *quads, int nkeys);
+/* Rank 0 (a no-op elsewhere): the writer's first failure since the last call, as this
+ * thread's error (MT_OK: none); with wait, once every queued row is written, and the last
+ * row written becomes c->last_metrics. */
+int mt__rows_settle(mt_context *c, bool wait);
+/* The writer's thread ended, the rows still queued written first (mt__run_close_logs). */
+void mt__rows_stop(mt__rundir *run);
 
 /* progress.csv (progress.c): learn the header from result.json's rows (on resume), write
  * the whole file again from result.json under it, append one row (rewriting when the row
@@ -290,6 +326,7 @@ struct mt_context {
     mt_checkpoint *restored;       /* the checkpoint this attempt resumed from */
     bool restored_foreign;         /* restored is run.resume_from_checkpoint's, not the run's */
     mt_metrics *last_metrics;      /* rank 0's last report, with automatic keys (rank 0) */
+    mt__row_failure row_failed;    /* a row rank 0 could not queue or write (rowlog.c) */
     mt__spread spread;             /* the per-rank statistics' layout (spread.c) */
     mt_fusion **fusions;           /* made on this context: orphaned when it ends */
     int nfusions;

@@ -180,28 +180,34 @@ int mt__spread_finish(mt_context *c, const mt_metrics *m, mt__spread_step *st, i
     return rc;
 }
 
-int mt__spread_json(mt_context *c, const mt__spread_step *st, json_t *row)
+int mt__spread_put(json_t *row, const char *const *keys, const double *quads, int nkeys,
+                   int verbose)
 {
-    const mt__spread *s = &c->spread;
-    if (c->world_size < 2 || !st->ready)
-        return MT_OK;
     json_t *spread = json_object();
     bool ok = spread != NULL;
-    for (int k = 0; ok && k < s->nkeys; k++) {
-        const double *q = s->quads + 4 * k;
+    for (int k = 0; ok && k < nkeys; k++) {
+        const double *q = quads + 4 * k;
         if (q[3] < 1)
             continue;
         int n = (int)q[3];
-        ok = json_object_set_new(spread, s->key[k],
+        ok = json_object_set_new(spread, keys[k],
                                  json_pack("{s:f, s:f, s:f, s:i}", "min", q[0], "mean",
                                            q[2] / n, "max", q[1], "ranks", n)) == 0;
-        if (c->verbose >= 2)
+        if (verbose >= 2)
             printf("mpitrain:   %-24s min %-12.6g mean %-12.6g max %-12.6g (%d ranks)\n",
-                   s->key[k], q[0], q[2] / n, q[1], n);
+                   keys[k], q[0], q[2] / n, q[1], n);
     }
     if (ok && json_object_size(spread))
         ok = json_object_set_new(row, "per_rank", spread) == 0;
     else
         json_decref(spread);
     return ok ? MT_OK : mt__error(MT_ENOMEM, "out of memory building a report");
+}
+
+int mt__spread_json(mt_context *c, const mt__spread_step *st, json_t *row)
+{
+    const mt__spread *s = &c->spread;
+    if (c->world_size < 2 || !st->ready)
+        return MT_OK;
+    return mt__spread_put(row, s->key, s->quads, s->nkeys, c->verbose);
 }

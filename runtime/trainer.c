@@ -440,6 +440,10 @@ static int run_attempt(const mt_trainer *t, fit_state *f)
     int commit_rc = mt__checkpoint_settle(ctx, true);
     if (!fn_rc)
         fn_rc = commit_rc;
+    /* so does the row writer's queue (rank 0): a row not written is the attempt's error */
+    int rows_rc = mt__rows_settle(ctx, true);
+    if (!fn_rc)
+        fn_rc = rows_rc;
     int rc = mt__agree_exit(ctx->comm, MT__CALL_FIT_END, fn_rc, &f->who);
     if (rc && f->who.rank >= 0)
         rc = f->who.code; /* the same code on every rank: the winning rank's */

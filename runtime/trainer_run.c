@@ -22,6 +22,7 @@
  * its logs opened again (result.json may have been rewritten). */
 int mt__trainer_begin_attempt(const mt_trainer *t, mt__rundir *run, json_t **info)
 {
+    mt__rows_stop(run); /* the last attempt's rows are written before anything reads them */
     snprintf(run->status, sizeof run->status, "running");
     run->attempts++;
     if (mt__test_fail("attempt-prepare", 0))

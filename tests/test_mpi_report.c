@@ -1356,6 +1356,170 @@ static void test_async_on_some_ranks_only(void)
         CU_ASSERT(!published("async_some", "checkpoint_000000"));
 }
 
+/* ------------------------------------------------------------ the row writer */
+
+/* training_iteration of each row of result.json, as "1 3 4 " (rank 0). */
+static void row_iterations(const char *name, char *out, size_t len)
+{
+    json_t *rows = rows_of(name);
+    size_t n = 0, i;
+    json_t *row;
+    out[0] = '\0';
+    json_array_foreach(rows, i, row)
+        n += (size_t)snprintf(out + n, n < len ? len - n : 0, "%lld ",
+                              (long long)json_integer_value(json_object_get(row, "training_iteration")));
+    json_decref(rows);
+}
+
+typedef struct {
+    const char *fail_at; /* MT_TEST_FAIL_AT for the report fail_report (1-based) */
+    int fail_report, reports, ckpt_report;
+    bool no_thread;      /* row-thread:0 from the first report: rows written in mt_report */
+    int rc[8];
+    char msg[8][MT__MSG_LEN];
+} row_arg;
+
+static int reports_with_row_failure(mt_context *c, void *arg)
+{
+    row_arg *t = arg;
+    if (t->no_thread)
+        setenv("MT_TEST_FAIL_AT", "row-thread:0", 1);
+    for (int k = 1; k <= t->reports; k++) {
+        if (k == t->fail_report)
+            setenv("MT_TEST_FAIL_AT", t->fail_at, 1);
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_f64(m, "loss", 1.0 / k + mt_world_rank(c));
+        mt_checkpoint *ck = k == t->ckpt_report ? mt_checkpoint_new() : NULL;
+        int64_t v = k;
+        if (ck)
+            mt_checkpoint_put(ck, "k", MT_I64, 1, (size_t[]){1}, &v, MT_REPLICATED);
+        t->rc[k] = mt_report(c, m, ck);
+        snprintf(t->msg[k], sizeof t->msg[k], "%s", t->rc[k] ? mt_last_error() : "");
+        if (k == t->fail_report)
+            setenv("MT_TEST_FAIL_AT", t->no_thread ? "row-thread:0" : "", 1);
+        mt_checkpoint_free(&ck);
+        mt_metrics_free(&m);
+    }
+    unsetenv("MT_TEST_FAIL_AT");
+    return MT_OK;
+}
+
+/* A report's row that rank 0's writer cannot write (row-write: the append's failure;
+ * row-queue: no memory to queue it): that report returns MT_OK, and the failure is every
+ * rank's error at a later one, the checkpointing report after it at the latest (it waits
+ * for the rows queued), once; the rows after the missing one wait until it is reported,
+ * so result.json stays the first rows in order, and the next rows are written again. */
+static void test_row_failure_at_later_report(void)
+{
+    const char *sites[][2] = {
+        {"row-write:0", "result.json: write failed: injected by MT_TEST_FAIL_AT"},
+        {"row-queue:0", "out of memory queueing a report's row"},
+    };
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "row_fails_%d", i);
+        row_arg t = {.fail_at = sites[i][0], .fail_report = 2, .reports = 6, .ckpt_report = 4};
+        MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config(name), reports_with_row_failure, &t, NULL),
+                         MT_OK);
+        MT_ASSERT_INT_EQ(t.rc[1], MT_OK);
+        MT_ASSERT_INT_EQ(t.rc[2], MT_OK); /* its row was queued: the failure comes later */
+        int f = t.rc[3] ? 3 : 4;          /* the first report after it, or the checkpoint's */
+        MT_ASSERT_INT_EQ(t.rc[f], R() == 0 ? (i ? MT_ENOMEM : MT_EIO) : MT_EPEER);
+        MT_ASSERT_STR_CONTAINS(t.msg[f], sites[i][1]);
+        MT_ASSERT_STR_CONTAINS(t.msg[f], f == 3 ? "(the row of iteration 2 not written)"
+                                                : "(2 rows of iterations 2 to 3 not written)");
+        if (R() != 0)
+            MT_ASSERT_STR_CONTAINS(t.msg[f], "rank 0 failed");
+        for (int k = 3; k <= 6; k++)
+            if (k != f)
+                MT_ASSERT_INT_EQ(t.rc[k], MT_OK);
+        if (R() == 0) {
+            char got[64];
+            row_iterations(name, got, sizeof got);
+            /* a failed report counts no iteration; at 3: 1, then 3 (the checkpoint's) to 5;
+             * at 4: row 3 waited behind 2, the checkpoint failed, then 4 and 5 */
+            MT_ASSERT_STR_EQ(got, f == 3 ? "1 3 4 5 " : "1 4 5 ");
+            CU_ASSERT(published(name, "checkpoint_000000") == (f == 3));
+        }
+    }
+}
+
+/* The last report's row fails: the fit ends with that failure on every rank (rank 0's
+ * code everywhere, as an attempt's failure is), the row missing and the others whole;
+ * and with no writer thread (row-thread) every row is written by mt_report itself, a
+ * failure kept for a later report just the same. */
+static void test_row_failure_at_fit_end(void)
+{
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "row_end_%d", i);
+        row_arg t = {.fail_at = i ? "row-thread:0,row-write:0" : "row-write:0",
+                     .fail_report = 3, .reports = 3, .no_thread = i == 1};
+        mt_result *res = NULL;
+        MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config(name), reports_with_row_failure, &t, &res),
+                         MT_EIO);
+        MT_ASSERT_INT_EQ(t.rc[1] | t.rc[2] | t.rc[3], MT_OK);
+        MT_ASSERT_STR_CONTAINS(mt_result_error(res), "result.json: write failed: injected");
+        MT_ASSERT_STR_CONTAINS(mt_result_error(res), "(the row of iteration 3 not written)");
+        mt_result_free(&res);
+        if (R() == 0) {
+            char got[64];
+            row_iterations(name, got, sizeof got);
+            MT_ASSERT_STR_EQ(got, "1 2 ");
+        }
+    }
+}
+
+/* Reports far apart reach result.json while the run goes on (the writer wakes for
+ * them), and a loop of reports faster than the writer (more than its queue holds) keeps
+ * every row, in order. */
+static int rows_arrive(mt_context *c, void *arg)
+{
+    int *seen = arg, rc = MT_OK;
+    for (int k = 1; k <= 3 && !rc; k++) {
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_i64(m, "k", k);
+        rc = mt_report(c, m, NULL);
+        mt_metrics_free(&m);
+        if (mt_world_rank(c) == 0) { /* the row appears while the run goes on (60 s: a
+                                        bound for a hang only, not a timing) */
+            char got[64] = "";
+            for (int w = 0; w < 6000 && strlen(got) != (size_t)(2 * k); w++) {
+                row_iterations("rows_arrive", got, sizeof got);
+                if (strlen(got) != (size_t)(2 * k))
+                    usleep(10000);
+            }
+            seen[k] = strlen(got) == (size_t)(2 * k);
+        }
+    }
+    for (int k = 4; k <= 3000 && !rc; k++) {
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_i64(m, "k", k);
+        rc = mt_report(c, m, NULL);
+        mt_metrics_free(&m);
+    }
+    return rc;
+}
+
+static void test_rows_arrive_in_order(void)
+{
+    int seen[4] = {0};
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("rows_arrive"), rows_arrive, seen, NULL), MT_OK);
+    if (R() != 0)
+        return;
+    CU_ASSERT(seen[1] && seen[2] && seen[3]);
+    json_t *rows = rows_of("rows_arrive");
+    MT_ASSERT_INT_EQ(json_array_size(rows), 3000);
+    size_t i;
+    json_t *row;
+    int bad = 0;
+    json_array_foreach(rows, i, row)
+        bad += json_integer_value(json_object_get(row, "k")) != (json_int_t)i + 1 ||
+               json_integer_value(json_object_get(row, "training_iteration")) != (json_int_t)i + 1;
+    MT_ASSERT_INT_EQ(bad, 0);
+    json_decref(rows);
+}
+
 static const mt_test tests[] = {
     {"report_files", test_report_files},
     {"per_rank_statistics", test_per_rank_statistics},
@@ -1381,6 +1545,9 @@ static const mt_test tests[] = {
     {"async_failure_at_next_report", test_async_failure_at_next_report},
     {"async_without_thread", test_async_without_thread},
     {"async_on_some_ranks_only", test_async_on_some_ranks_only},
+    {"row_failure_at_later_report", test_row_failure_at_later_report},
+    {"row_failure_at_fit_end", test_row_failure_at_fit_end},
+    {"rows_arrive_in_order", test_rows_arrive_in_order},
     {NULL, NULL},
 };
 

@@ -1,0 +1,395 @@
+/*
+ * rowlog.c -- rank 0's row writer: the rows of reports without a checkpoint are built and
+ * appended to result.json and progress.csv (and printed) by a thread of the run, so that
+ * such a report is one agreement on every rank and no file write on rank 0's path.
+ *
+ * mt_report (rank 0) queues what the row needs, in one allocation: the automatic values
+ * taken at the report, the per-rank statistics, and its own metrics encoded
+ * (mt__metrics_encode_to). The thread takes the whole queue at once, writes the rows in
+ * order, and then waits up to BATCH_NS for more before it looks again; a report finds it
+ * awake and does not signal it, so a loop of reports costs no system call on rank 0. A
+ * report finding the thread asleep (the queue was empty) wakes it: reports far apart
+ * still reach the files at once.
+ *
+ * The rules, as for an asynchronous checkpoint commit (checkpoint_async.c):
+ *  - rows are written in report order, and every row queued is written before a
+ *    checkpoint is committed (mt__rows_settle waits at every checkpointing report), before
+ *    an attempt ends, and before the logs are closed;
+ *  - a row that cannot be written (a full disk, memory) leaves the file as it was (each
+ *    append is whole or cut back) and is every rank's error at a later report: the first
+ *    after the thread found it, the next checkpointing report, or the end of the attempt,
+ *    whichever comes first. The rows after it are not written until then, so result.json
+ *    stays the first reports' rows in order; the error names the file, the reason, and
+ *    the iterations whose rows are missing.
+ *  - at most QUEUE_MAX rows wait: a report finding it full waits for room (memory stays
+ *    bounded when the disk is slower than the reports).
+ * A crash loses the rows still queued (at most the last BATCH_NS of reports, and never a
+ * row before a committed checkpoint); a resumed run supersedes the rows after its
+ * checkpoint anyway.
+ */
+#include "runtime.h"
+#include "../common/trace.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { BATCH_NS = 2000000, QUEUE_MAX = 1024 };
+
+typedef struct row {
+    struct row *next;
+    mt__row_auto a;
+    bool fail;      /* MT_TEST_FAIL_AT row-write, read at the report (getenv is the
+                       training thread's: a test sets the variable between reports) */
+    int nkeys;      /* quads that follow (0: no per_rank) */
+    size_t enc_len; /* then the metrics' encoding */
+    double data[];
+} row;
+
+struct mt__rowlog {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    row *head, *tail;
+    int queued;
+    bool idle, busy, stop;
+    int flushers;      /* callers waiting for the queue to empty */
+    int verbose;
+    mt__rundir *run;
+    mt__row_failure failed; /* the thread's, since the last settle */
+    mt_metrics *last;       /* the last row written, with the automatic keys */
+};
+
+/* The first failure kept (its code and text), every row it left out counted: the
+ * failed one (rc), and each one after it (rc MT_OK), so that result.json stays the rows of
+ * the first reports, in order, until the failure is reported. */
+static void note(mt__row_failure *f, int rc, const char *msg, int64_t iteration)
+{
+    if (!f->code && rc) {
+        f->code = rc;
+        snprintf(f->msg, sizeof f->msg, "%s", msg);
+        f->first = iteration;
+    }
+    f->last = iteration;
+    f->missing++;
+}
+
+int mt__row_add_auto(mt_metrics *m, json_t *j, const mt__row_auto *a, const char *ckname)
+{
+    int bad = mt__metrics_put(m, "training_iteration", MT__METRIC_I64, 0, a->iteration, NULL, false) |
+              mt__metrics_put(m, "iterations_since_restore", MT__METRIC_I64, 0, a->since_restore,
+                              NULL, false) |
+              mt__metrics_put(m, "timestamp", MT__METRIC_F64, a->stamp, 0, NULL, false) |
+              mt__metrics_put(m, "time_this_iter_s", MT__METRIC_F64, a->this_iter, 0, NULL, false) |
+              mt__metrics_put(m, "time_total_s", MT__METRIC_F64, a->total, 0, NULL, false) |
+              json_object_set_new(j, "training_iteration", json_integer(a->iteration)) |
+              json_object_set_new(j, "iterations_since_restore", json_integer(a->since_restore)) |
+              json_object_set_new(j, "timestamp", json_real(a->stamp)) |
+              json_object_set_new(j, "time_this_iter_s", json_real(a->this_iter)) |
+              json_object_set_new(j, "time_total_s", json_real(a->total));
+    if (ckname && *ckname)
+        bad |= mt__metrics_put(m, "checkpoint_dir_name", MT__METRIC_STR, 0, 0, ckname, false) |
+               json_object_set_new(j, "checkpoint_dir_name", json_string(ckname));
+    return bad ? mt__error(MT_ENOMEM, "out of memory building a report") : MT_OK;
+}
+
+void mt__row_print(const mt_metrics *m, int64_t iteration, const char *ckname)
+{
+    double total = 0;
+    mt_metrics_get_f64(m, "time_total_s", &total);
+    char line[1024];
+    size_t n = (size_t)snprintf(line, sizeof line, "mpitrain: iter %lld  %.1fs ", (long long)iteration,
+                                total);
+    for (int i = 0; i < m->n && n < sizeof line - 64; i++) {
+        const mt__metric *e = &m->e[i];
+        if (mt__metrics_reserved(e->key))
+            continue;
+        if (e->type == MT__METRIC_F64)
+            n += (size_t)snprintf(line + n, sizeof line - n, " %s=%.4g", e->key, e->f);
+        else if (e->type == MT__METRIC_I64)
+            n += (size_t)snprintf(line + n, sizeof line - n, " %s=%lld", e->key, (long long)e->i);
+        else
+            n += (size_t)snprintf(line + n, sizeof line - n, " %s=%s", e->key, e->s);
+    }
+    if (ckname && *ckname && n < sizeof line - 40)
+        snprintf(line + n, sizeof line - n, "  [%s]", ckname);
+    printf("%s\n", line);
+    fflush(stdout);
+}
+
+/* The thread: one queued row built, written and printed; *kept the row's metrics (the
+ * automatic keys too) when it was written. */
+static int write_row(struct mt__rowlog *q, const row *r, mt_metrics **kept)
+{
+    MT__TRACE("report", "row write");
+    mt_metrics *m = mt_metrics_new();
+    int rc = m ? mt__metrics_decode(m, (const char *)(r->data + 4 * r->nkeys), r->enc_len)
+               : mt__error(MT_ENOMEM, "out of memory building a report");
+    json_t *j = rc ? NULL : mt__metrics_to_json(m);
+    if (!rc && !j)
+        rc = mt__error(MT_ENOMEM, "out of memory building a report");
+    if (!rc && r->nkeys > 0) {
+        /* the statistics' layout is rank 0's numeric keys in its order (spread.c) */
+        const char **keys = malloc((size_t)r->nkeys * sizeof *keys);
+        int k = 0;
+        for (int i = 0; keys && i < m->n && k < r->nkeys; i++)
+            if (m->e[i].type != MT__METRIC_STR)
+                keys[k++] = m->e[i].key;
+        if (!keys)
+            rc = mt__error(MT_ENOMEM, "out of memory building a report");
+        else if (k == r->nkeys)
+            rc = mt__spread_put(j, keys, r->data, r->nkeys, q->verbose);
+        free(keys);
+    }
+    if (!rc)
+        rc = mt__row_add_auto(m, j, &r->a, NULL);
+    if (!rc && r->fail)
+        rc = mt__error(MT_EIO, "%s/result.json: write failed: injected by MT_TEST_FAIL_AT",
+                       q->run->dir);
+    if (!rc)
+        rc = mt__run_append(q->run, j);
+    if (q->verbose >= 1 && m)
+        mt__row_print(m, r->a.iteration, NULL);
+    json_decref(j);
+    if (!rc) {
+        mt_metrics_free(kept);
+        *kept = m;
+    } else
+        mt_metrics_free(&m);
+    return rc;
+}
+
+static void *writer(void *arg)
+{
+    struct mt__rowlog *q = arg;
+    mt__trace_thread("rows");
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        if (!q->head) {
+            if (q->stop)
+                break;
+            q->idle = true;
+            pthread_cond_wait(&q->wake, &q->mu);
+            q->idle = false;
+            continue;
+        }
+        row *list = q->head;
+        q->head = q->tail = NULL;
+        q->queued = 0;
+        q->busy = true;
+        bool skipping = q->failed.code != MT_OK; /* rows after a missing one wait for its report */
+        pthread_cond_broadcast(&q->done); /* room for a report waiting on a full queue */
+        pthread_mutex_unlock(&q->mu);
+        mt_metrics *kept = NULL;
+        mt__row_failure failed = {0};
+        while (list) {
+            row *r = list;
+            list = r->next;
+            if (skipping || failed.code)
+                note(&failed, MT_OK, "", r->a.iteration);
+            else {
+                int rc = write_row(q, r, &kept);
+                if (rc)
+                    note(&failed, rc, mt_last_error(), r->a.iteration);
+            }
+            free(r);
+        }
+        pthread_mutex_lock(&q->mu);
+        if (kept) {
+            mt_metrics_free(&q->last);
+            q->last = kept;
+        }
+        if (failed.code && !q->failed.code)
+            q->failed = failed;
+        else if (failed.missing) {
+            q->failed.last = failed.last;
+            q->failed.missing += failed.missing;
+        }
+        q->busy = false;
+        pthread_cond_broadcast(&q->done);
+        if (!q->stop && !q->flushers) { /* gather the next rows a while */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += BATCH_NS;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            while (!q->stop && !q->flushers && q->queued < QUEUE_MAX / 2 &&
+                   pthread_cond_timedwait(&q->wake, &q->mu, &until) == 0)
+                ;
+        }
+    }
+    pthread_mutex_unlock(&q->mu);
+    return NULL;
+}
+
+static struct mt__rowlog *start(mt__rundir *run, int verbose)
+{
+    struct mt__rowlog *q = calloc(1, sizeof *q);
+    if (!q || mt__test_fail("row-thread", 0)) {
+        free(q);
+        return NULL;
+    }
+    q->run = run;
+    q->verbose = verbose;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->wake, NULL);
+    pthread_cond_init(&q->done, NULL);
+    sigset_t block, old;
+    sigfillset(&block);
+    pthread_sigmask(SIG_BLOCK, &block, &old); /* the signals stay the training thread's */
+    bool ok = pthread_create(&q->thread, NULL, writer, q) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!ok) {
+        pthread_cond_destroy(&q->done);
+        pthread_cond_destroy(&q->wake);
+        pthread_mutex_destroy(&q->mu);
+        free(q);
+        return NULL;
+    }
+    return q;
+}
+
+/* Without a thread (it could not start): the row written now, as a checkpointing
+ * report's is. */
+static int write_now(mt_context *c, const mt_metrics *m, const mt__row_auto *a,
+                     const double *quads, int nkeys)
+{
+    mt_metrics *row_m = mt_metrics_new();
+    json_t *j = row_m && !mt__metrics_copy(row_m, m) ? mt__metrics_to_json(row_m) : NULL;
+    int rc = j ? MT_OK : mt__error(MT_ENOMEM, "out of memory building a report");
+    if (!rc && nkeys > 0)
+        rc = mt__spread_put(j, c->spread.key, quads, nkeys, c->verbose);
+    if (!rc)
+        rc = mt__row_add_auto(row_m, j, a, NULL);
+    if (!rc && mt__test_fail("row-write", 0))
+        rc = mt__error(MT_EIO, "%s/result.json: write failed: injected by MT_TEST_FAIL_AT",
+                       c->run->dir);
+    if (!rc)
+        rc = mt__run_append(c->run, j);
+    if (row_m && c->verbose >= 1)
+        mt__row_print(row_m, a->iteration, NULL);
+    json_decref(j);
+    if (!rc) {
+        mt_metrics_free(&c->last_metrics);
+        c->last_metrics = row_m;
+    } else
+        mt_metrics_free(&row_m);
+    return rc;
+}
+
+void mt__rows_queue(mt_context *c, const mt_metrics *m, const mt__row_auto *a,
+                    const double *quads, int nkeys)
+{
+    mt__rundir *run = c->run;
+    if (c->row_failed.code) { /* no row after one that is missing, until it is reported */
+        note(&c->row_failed, MT_OK, "", a->iteration);
+        return;
+    }
+    if (!run->rows && !(run->rows = start(run, c->verbose))) {
+        int rc = write_now(c, m, a, quads, nkeys);
+        if (rc)
+            note(&c->row_failed, rc, mt_last_error(), a->iteration);
+        return;
+    }
+    struct mt__rowlog *q = run->rows;
+    size_t enc = mt__metrics_encoded_len(m), quad_bytes = (size_t)nkeys * 4 * sizeof(double);
+    row *r = mt__test_fail("row-queue", 0) ? NULL : malloc(sizeof *r + quad_bytes + enc);
+    if (!r) {
+        note(&c->row_failed, MT_ENOMEM, "out of memory queueing a report's row", a->iteration);
+        return;
+    }
+    r->next = NULL;
+    r->a = *a;
+    r->fail = mt__test_fail("row-write", 0);
+    r->nkeys = nkeys;
+    r->enc_len = enc;
+    if (quad_bytes)
+        memcpy(r->data, quads, quad_bytes);
+    mt__metrics_encode_to(m, (char *)(r->data + 4 * nkeys));
+    pthread_mutex_lock(&q->mu);
+    while (q->queued >= QUEUE_MAX) { /* the disk is slower than the reports: wait for room */
+        pthread_cond_signal(&q->wake);
+        pthread_cond_wait(&q->done, &q->mu);
+    }
+    if (q->tail)
+        q->tail->next = r;
+    else
+        q->head = r;
+    q->tail = r;
+    q->queued++;
+    bool asleep = q->idle;
+    pthread_mutex_unlock(&q->mu);
+    if (asleep)
+        pthread_cond_signal(&q->wake);
+}
+
+/* f's failure, if any, as this thread's error, and f cleared. */
+static int take_failure(mt__row_failure *f)
+{
+    int rc = f->code;
+    if (rc) {
+        char rows[96];
+        if (f->missing == 1)
+            snprintf(rows, sizeof rows, "the row of iteration %lld", (long long)f->first);
+        else
+            snprintf(rows, sizeof rows, "%lld rows of iterations %lld to %lld",
+                     (long long)f->missing, (long long)f->first, (long long)f->last);
+        mt__error(rc, "%s (%s not written)", f->msg, rows);
+        memset(f, 0, sizeof *f);
+    }
+    return rc;
+}
+
+int mt__rows_settle(mt_context *c, bool wait)
+{
+    if (!c || c->world_rank != 0 || !c->run)
+        return MT_OK;
+    int rc = take_failure(&c->row_failed);
+    struct mt__rowlog *q = c->run->rows;
+    if (!q)
+        return rc;
+    pthread_mutex_lock(&q->mu);
+    if (wait && (q->head || q->busy)) {
+        MT__TRACE("report", "rows wait");
+        q->flushers++;
+        pthread_cond_signal(&q->wake);
+        while (q->head || q->busy)
+            pthread_cond_wait(&q->done, &q->mu);
+        q->flushers--;
+    }
+    if (wait && q->last) { /* the last row written is the context's last report */
+        mt_metrics_free(&c->last_metrics);
+        c->last_metrics = q->last;
+        q->last = NULL;
+    }
+    if (!rc && !q->busy) /* a batch being written may still add rows to the failure */
+        rc = take_failure(&q->failed);
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
+void mt__rows_stop(mt__rundir *run)
+{
+    struct mt__rowlog *q = run->rows;
+    if (!q)
+        return;
+    pthread_mutex_lock(&q->mu);
+    q->stop = true;
+    pthread_cond_signal(&q->wake);
+    pthread_mutex_unlock(&q->mu);
+    pthread_join(q->thread, NULL); /* the rows still queued are written first */
+    if (q->failed.code) /* cannot be: every attempt settles before its logs close */
+        fprintf(stderr, "mpitrain: %s (found as the run's logs closed)\n", q->failed.msg);
+    mt_metrics_free(&q->last);
+    pthread_cond_destroy(&q->done);
+    pthread_cond_destroy(&q->wake);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+    run->rows = NULL;
+}
