@@ -108,9 +108,11 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
      * rank 0's writer could not write, and a checkpointing report waits for every row
      * queued before it (rowlog.c) */
     int status = mt__checkpoint_settle(c, ck != NULL);
-    int rows = mt__rows_settle(c, ck != NULL);
-    if (!status)
-        status = rows;
+    if (!status) /* a report that fails commits nothing: the wait can be the next one's */
+        status = mt__rows_settle(c, ck != NULL);
+    mt__row_slot slot = {0};
+    if (!status && !ck && c->world_rank == 0)
+        status = mt__rows_reserve(c, m, &slot);
     /* a reserved key would replace an automatic one in the row: every rank's error */
     if (!status && (status = mt__metrics_check_user(m)))
         c->no_retry = true;
@@ -134,19 +136,23 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
     int rc = mt__agree_carry(c->comm, &call, status, NULL, shared, 2,
                              st.fold ? &st.payload : NULL);
     int64_t stop = shared[0];
-    if (rc)
+    if (rc) {
+        mt__rows_release(&slot);
         return rc;
+    }
     if (stop && !c->stop && c->world_rank == 0 && c->verbose >= 1)
         printf("mpitrain: stop requested (SIGTERM/SIGUSR1): the next checkpoint ends the run\n");
     c->stop = c->stop || stop;
-    if ((rc = mt__spread_finish(c, m, &st, shared[1])))
+    if ((rc = mt__spread_finish(c, m, &st, shared[1]))) {
+        mt__rows_release(&slot);
         return rc;
+    }
     double now = mt__now();
     int64_t iteration = c->iteration + 1;
     mt__row_auto a = auto_values(c, iteration, now);
     if (!ck) { /* the opening agreement was the report: rank 0's writer makes the row */
         if (c->world_rank == 0)
-            mt__rows_queue(c, m, &a, st.ready ? c->spread.quads : NULL,
+            mt__rows_queue(c, &slot, m, &a, st.ready ? c->spread.quads : NULL,
                            st.ready ? c->spread.nkeys : 0);
         counted(c, iteration, now);
         return MT_OK;

@@ -40,8 +40,8 @@
 
 enum { BATCH_NS = 2000000, QUEUE_MAX = 1024 };
 
-typedef struct row {
-    struct row *next;
+typedef struct mt__row_rec {
+    struct mt__row_rec *next;
     mt__row_auto a;
     bool fail;      /* MT_TEST_FAIL_AT row-write, read at the report (getenv is the
                        training thread's: a test sets the variable between reports) */
@@ -213,7 +213,7 @@ static void *writer(void *arg)
         pthread_cond_broadcast(&q->done);
         if (!q->stop && !q->flushers) { /* gather the next rows a while */
             struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
+            clock_gettime(CLOCK_MONOTONIC, &until);
             until.tv_nsec += BATCH_NS;
             if (until.tv_nsec >= 1000000000L) {
                 until.tv_sec++;
@@ -228,21 +228,34 @@ static void *writer(void *arg)
     return NULL;
 }
 
-static struct mt__rowlog *start(mt__rundir *run, int verbose)
+/* The writer started; NULL with *unthreaded when only the thread could not start (rows
+ * are then written by mt_report), NULL alone when memory ran out. */
+static struct mt__rowlog *start(mt__rundir *run, int verbose, bool *unthreaded)
 {
     struct mt__rowlog *q = calloc(1, sizeof *q);
-    if (!q || mt__test_fail("row-thread", 0)) {
+    if (!q)
+        return NULL;
+    if (mt__test_fail("row-thread", 0)) {
         free(q);
+        *unthreaded = true;
         return NULL;
     }
     q->run = run;
     q->verbose = verbose;
     pthread_mutex_init(&q->mu, NULL);
-    pthread_cond_init(&q->wake, NULL);
+    pthread_condattr_t mono;
+    pthread_condattr_init(&mono);
+    pthread_condattr_setclock(&mono, CLOCK_MONOTONIC); /* a step of the wall clock never
+                                                          stretches the batch's wait */
+    pthread_cond_init(&q->wake, &mono);
+    pthread_condattr_destroy(&mono);
     pthread_cond_init(&q->done, NULL);
     sigset_t block, old;
-    sigfillset(&block);
-    pthread_sigmask(SIG_BLOCK, &block, &old); /* the signals stay the training thread's */
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM); /* the stop requests stay the training thread's (as the */
+    sigaddset(&block, SIGUSR1); /* commit thread's, checkpoint_async.c); a crash's signals */
+    sigaddset(&block, SIGINT);  /* still reach their handlers on this thread */
+    pthread_sigmask(SIG_BLOCK, &block, &old);
     bool ok = pthread_create(&q->thread, NULL, writer, q) == 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!ok) {
@@ -250,6 +263,7 @@ static struct mt__rowlog *start(mt__rundir *run, int verbose)
         pthread_cond_destroy(&q->wake);
         pthread_mutex_destroy(&q->mu);
         free(q);
+        *unthreaded = true;
         return NULL;
     }
     return q;
@@ -283,35 +297,71 @@ static int write_now(mt_context *c, const mt_metrics *m, const mt__row_auto *a,
     return rc;
 }
 
-void mt__rows_queue(mt_context *c, const mt_metrics *m, const mt__row_auto *a,
-                    const double *quads, int nkeys)
+/* The numeric keys of m: the statistics' layout when rank 0's keys are agreed. */
+static int numeric_keys(const mt_metrics *m)
+{
+    int n = 0;
+    for (int i = 0; m && i < m->n; i++)
+        n += m->e[i].type != MT__METRIC_STR;
+    return n;
+}
+
+int mt__rows_reserve(mt_context *c, const mt_metrics *m, mt__row_slot *slot)
 {
     mt__rundir *run = c->run;
+    *slot = (mt__row_slot){0};
+    if (!run->rows && !run->rows_unthreaded) {
+        bool unthreaded = false;
+        run->rows = start(run, c->verbose, &unthreaded);
+        if (!run->rows && !unthreaded)
+            return mt__error(MT_ENOMEM, "out of memory starting rank 0's row writer");
+        run->rows_unthreaded = unthreaded;
+    }
+    if (!run->rows)
+        return MT_OK; /* written by mt__rows_queue itself */
+    int nkeys = c->world_size > 1 ? numeric_keys(m) : 0;
+    size_t enc = mt__metrics_encoded_len(m), quad_bytes = (size_t)nkeys * 4 * sizeof(double);
+    row *r = mt__test_fail("row-queue", 0) ? NULL : malloc(sizeof *r + quad_bytes + enc);
+    if (!r)
+        return mt__error(MT_ENOMEM, "out of memory queueing a report's row (%zu bytes)",
+                         sizeof *r + quad_bytes + enc);
+    r->next = NULL;
+    r->fail = mt__test_fail("row-write", 0);
+    r->nkeys = nkeys;
+    r->enc_len = enc;
+    mt__metrics_encode_to(m, (char *)(r->data + 4 * nkeys));
+    slot->r = r;
+    return MT_OK;
+}
+
+void mt__rows_release(mt__row_slot *slot)
+{
+    free(slot->r);
+    slot->r = NULL;
+}
+
+void mt__rows_queue(mt_context *c, mt__row_slot *slot, const mt_metrics *m,
+                    const mt__row_auto *a, const double *quads, int nkeys)
+{
     if (c->row_failed.code) { /* no row after one that is missing, until it is reported */
         note(&c->row_failed, MT_OK, "", a->iteration);
+        mt__rows_release(slot);
         return;
     }
-    if (!run->rows && !(run->rows = start(run, c->verbose))) {
+    row *r = slot->r;
+    slot->r = NULL;
+    if (!r) { /* no thread: written here */
         int rc = write_now(c, m, a, quads, nkeys);
         if (rc)
             note(&c->row_failed, rc, mt_last_error(), a->iteration);
         return;
     }
-    struct mt__rowlog *q = run->rows;
-    size_t enc = mt__metrics_encoded_len(m), quad_bytes = (size_t)nkeys * 4 * sizeof(double);
-    row *r = mt__test_fail("row-queue", 0) ? NULL : malloc(sizeof *r + quad_bytes + enc);
-    if (!r) {
-        note(&c->row_failed, MT_ENOMEM, "out of memory queueing a report's row", a->iteration);
-        return;
-    }
-    r->next = NULL;
+    struct mt__rowlog *q = c->run->rows;
     r->a = *a;
-    r->fail = mt__test_fail("row-write", 0);
-    r->nkeys = nkeys;
-    r->enc_len = enc;
-    if (quad_bytes)
-        memcpy(r->data, quads, quad_bytes);
-    mt__metrics_encode_to(m, (char *)(r->data + 4 * nkeys));
+    if (nkeys == r->nkeys && nkeys > 0)
+        memcpy(r->data, quads, (size_t)nkeys * 4 * sizeof(double));
+    else if (r->nkeys > 0) /* cannot be (the layout is rank 0's numeric keys): no per_rank */
+        memset(r->data, 0, (size_t)r->nkeys * 4 * sizeof(double));
     pthread_mutex_lock(&q->mu);
     while (q->queued >= QUEUE_MAX) { /* the disk is slower than the reports: wait for room */
         pthread_cond_signal(&q->wake);
@@ -368,8 +418,19 @@ int mt__rows_settle(mt_context *c, bool wait)
         c->last_metrics = q->last;
         q->last = NULL;
     }
-    if (!rc && !q->busy) /* a batch being written may still add rows to the failure */
-        rc = take_failure(&q->failed);
+    if (!q->busy) { /* a batch being written may still add rows to its failure */
+        if (!rc)
+            rc = take_failure(&q->failed);
+        else if (q->failed.code) { /* both: the second's text follows the first's */
+            char first[MT__MSG_LEN];
+            snprintf(first, sizeof first, "%s", mt_last_error());
+            take_failure(&q->failed);
+            char second[MT__MSG_LEN];
+            snprintf(second, sizeof second, "%s", mt_last_error());
+            mt__error_set_text(first);
+            mt__error_append("and %s", second);
+        }
+    }
     pthread_mutex_unlock(&q->mu);
     return rc;
 }

@@ -1,6 +1,7 @@
 /*
- * rows.c -- result.json: one JSON line per report, appended whole and flushed before
- * mt_report returns (then progress.csv follows, progress.c); read back as the run's
+ * rows.c -- result.json: one JSON line per report, appended whole (then progress.csv
+ * follows, progress.c) by rank 0's row writer (rowlog.c) or, for a report with a
+ * checkpoint, before mt_report returns; read back as the run's
  * history; on resume a torn last line is cut and rows a resumed run redoes move to
  * result.superseded.json.
  *

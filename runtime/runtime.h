@@ -130,6 +130,7 @@ typedef struct {
     pthread_t reaper;        /* removing checkpoints retention dropped */
     bool reaping;
     struct mt__rowlog *rows; /* the row writer (rowlog.c), from the first report */
+    bool rows_unthreaded;    /* its thread could not start: mt_report writes the rows */
 } mt__rundir;
 /* jansson helpers (json.c). mt__json_dumps: json_dumps, checked by parsing the text back:
  * out of memory, jansson's dump can leave an object key out and still return text. NULL
@@ -190,11 +191,20 @@ typedef struct {
 int mt__row_add_auto(mt_metrics *m, json_t *j, const mt__row_auto *a, const char *ckname);
 /* The progress line of a row (verbose >= 1). */
 void mt__row_print(const mt_metrics *m, int64_t iteration, const char *ckname);
-/* Rank 0, a report without a checkpoint: its row queued for the writer thread (started at
- * the first; written at once when it cannot start), with nkeys quads of per-rank
- * statistics (0: none). A failure is kept for mt__rows_settle (a later report's). */
-void mt__rows_queue(mt_context *c, const mt_metrics *m, const mt__row_auto *a,
-                    const double *quads, int nkeys);
+/* Rank 0, a report without a checkpoint, before its opening agreement: the writer
+ * started (at the first report) and the row's record allocated with m encoded, so that
+ * running out of memory is this report's error (MT_ENOMEM); slot stays empty when rows
+ * are written by mt_report (the thread could not start). After the agreement: the row
+ * queued with its automatic values and nkeys quads of per-rank statistics (0: none), or
+ * written at once without a thread, a failure kept for mt__rows_settle (a later
+ * report's); or the slot released when the report failed. */
+typedef struct {
+    struct mt__row_rec *r;
+} mt__row_slot;
+int mt__rows_reserve(mt_context *c, const mt_metrics *m, mt__row_slot *slot);
+void mt__rows_queue(mt_context *c, mt__row_slot *slot, const mt_metrics *m,
+                    const mt__row_auto *a, const double *quads, int nkeys);
+void mt__rows_release(mt__row_slot *slot);
 /* Rank 0 (a no-op elsewhere): the writer's first failure since the last call, as this
  * thread's error (MT_OK: none); with wait, once every queued row is written, and the last
  * row written becomes c->last_metrics. */

@@ -441,9 +441,17 @@ static int run_attempt(const mt_trainer *t, fit_state *f)
     if (!fn_rc)
         fn_rc = commit_rc;
     /* so does the row writer's queue (rank 0): a row not written is the attempt's error */
+    char kept[MT__MSG_LEN];
+    snprintf(kept, sizeof kept, "%s", mt_last_error());
     int rows_rc = mt__rows_settle(ctx, true);
     if (!fn_rc)
         fn_rc = rows_rc;
+    else if (rows_rc) { /* the function's error leads, the rows' follows */
+        char rows[MT__MSG_LEN];
+        snprintf(rows, sizeof rows, "%s", mt_last_error());
+        mt__error_set_text(kept);
+        mt__error_append("and %s", rows);
+    }
     int rc = mt__agree_exit(ctx->comm, MT__CALL_FIT_END, fn_rc, &f->who);
     if (rc && f->who.rank >= 0)
         rc = f->who.code; /* the same code on every rank: the winning rank's */

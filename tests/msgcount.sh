@@ -9,9 +9,11 @@
 # over 8 is one report's. Rank 0's messages and bytes per report must grow as log2 N: at
 # most the 2-rank figures times 1.25 log2 N. The slack is Open MPI's: its tuned reduce
 # changes algorithm at 32 ranks (measured: 25.25 messages and 1.12x the bytes per log2 N
-# of the 2-rank run, 30 and 1.08x at 64). And no doubling of N may add more than twice
-# the bytes the first doubling (2 to 4 ranks) added: a cost in N, such as a gather of the
-# ranks' metrics, doubles its step at each doubling (measured: at most 1.64x, 16 to 32).
+# of the 2-rank run, 30 and 1.08x at 64). And no doubling of N may add more than
+# three times the bytes the first doubling (2 to 4 ranks) added: a cost in N, such as a
+# gather of the ranks' metrics, doubles its step at each doubling, 8x the first by 32
+# ranks (measured: at most 2.19x, 16 to 32, where Open MPI's reduce changes algorithm;
+# 1.64x when every report also made a closing agreement).
 # The MPI collectives rank 0 enters must not depend on N.
 # MSGCOUNT_RANKS overrides "1 2 4 8 16 32 64".
 set -u
@@ -68,7 +70,7 @@ verdict=$(awk -v base="$base" '
     $1 >= 2 { l = log($1) / log(2); if ($3 > b[1] * l * 1.25 || $4 > b[2] * l * 1.25) bad = bad " " $1
               if (calls == "") calls = $2; else if ($2 != calls) cbad = cbad " " $1
               if (prev != "" && $1 >= 4) { step = $4 - prev; if (first == "") first = step
-                  else if (step > 2 * first) bad = bad " " $1 " (step " step " B)" }
+                  else if (step > 3 * first) bad = bad " " $1 " (step " step " B)" }
               prev = $4 }
     END { print (bad == "" && cbad == "" ? "ok" : "over at" bad ", collectives differ at" cbad) }' \
     "$store/per")
@@ -76,10 +78,11 @@ if [ -n "$base" ] && [ "$verdict" = ok ]; then
     ok "rank 0's messages and bytes per report at most 1.25 log2 N times the 2-rank ones, and the same collectives at every N ($(echo $ranks))"
 else bad "messages per report not O(log N): $verdict (2 ranks: '$base')"; cat "$store/per"; fi
 # the layout is cached: a report whose keys did not change enters one MPI collective, the
-# statistics' reduce (8 keys do not fit in the agreement's frame), beside its two
-# agreements: at 2 ranks, 2 messages each and 1 for the reduce
+# statistics' reduce (8 keys do not fit in the agreement's frame), beside its one
+# agreement (a report without a checkpoint has no closing one: rank 0's row writer's
+# failures ride in a later report's): at 2 ranks, 2 messages for it and 1 for the reduce
 calls=$(awk '$1 == 2 { print $2, $3 }' "$store/per")
-if [ "$calls" = "1.00 5.00" ]; then
-    ok "a report with unchanged keys at 2 ranks: 1 MPI collective (the reduce) and 5 messages at rank 0 (2 agreements, the reduce)"
-else bad "collectives and messages per report at 2 ranks: '$calls' (want 1.00 5.00)"; fi
+if [ "$calls" = "1.00 3.00" ]; then
+    ok "a report with unchanged keys at 2 ranks: 1 MPI collective (the reduce) and 3 messages at rank 0 (1 agreement, the reduce)"
+else bad "collectives and messages per report at 2 ranks: '$calls' (want 1.00 3.00)"; fi
 finish

@@ -1404,43 +1404,52 @@ static int reports_with_row_failure(mt_context *c, void *arg)
     return MT_OK;
 }
 
-/* A report's row that rank 0's writer cannot write (row-write: the append's failure;
- * row-queue: no memory to queue it): that report returns MT_OK, and the failure is every
- * rank's error at a later one, the checkpointing report after it at the latest (it waits
- * for the rows queued), once; the rows after the missing one wait until it is reported,
- * so result.json stays the first rows in order, and the next rows are written again. */
+/* A report's row that rank 0's writer cannot write (row-write): that report returns
+ * MT_OK, and the failure is every rank's error at a later one, the checkpointing report
+ * after it at the latest (it waits for the rows queued), once; the rows after the missing
+ * one wait until it is reported, so result.json stays the first rows in order, and the
+ * next rows are written again. No memory for the row's record (row-queue) is found
+ * before the report's agreement: that report's error on every rank, no iteration
+ * counted, every row written. */
 static void test_row_failure_at_later_report(void)
 {
-    const char *sites[][2] = {
-        {"row-write:0", "result.json: write failed: injected by MT_TEST_FAIL_AT"},
-        {"row-queue:0", "out of memory queueing a report's row"},
-    };
-    for (int i = 0; i < 2; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "row_fails_%d", i);
-        row_arg t = {.fail_at = sites[i][0], .fail_report = 2, .reports = 6, .ckpt_report = 4};
-        MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config(name), reports_with_row_failure, &t, NULL),
-                         MT_OK);
-        MT_ASSERT_INT_EQ(t.rc[1], MT_OK);
-        MT_ASSERT_INT_EQ(t.rc[2], MT_OK); /* its row was queued: the failure comes later */
-        int f = t.rc[3] ? 3 : 4;          /* the first report after it, or the checkpoint's */
-        MT_ASSERT_INT_EQ(t.rc[f], R() == 0 ? (i ? MT_ENOMEM : MT_EIO) : MT_EPEER);
-        MT_ASSERT_STR_CONTAINS(t.msg[f], sites[i][1]);
-        MT_ASSERT_STR_CONTAINS(t.msg[f], f == 3 ? "(the row of iteration 2 not written)"
-                                                : "(2 rows of iterations 2 to 3 not written)");
-        if (R() != 0)
-            MT_ASSERT_STR_CONTAINS(t.msg[f], "rank 0 failed");
-        for (int k = 3; k <= 6; k++)
-            if (k != f)
-                MT_ASSERT_INT_EQ(t.rc[k], MT_OK);
-        if (R() == 0) {
-            char got[64];
-            row_iterations(name, got, sizeof got);
-            /* a failed report counts no iteration; at 3: 1, then 3 (the checkpoint's) to 5;
-             * at 4: row 3 waited behind 2, the checkpoint failed, then 4 and 5 */
-            MT_ASSERT_STR_EQ(got, f == 3 ? "1 3 4 5 " : "1 4 5 ");
-            CU_ASSERT(published(name, "checkpoint_000000") == (f == 3));
-        }
+    row_arg t = {.fail_at = "row-write:0", .fail_report = 2, .reports = 6, .ckpt_report = 4};
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("row_fails"), reports_with_row_failure, &t, NULL),
+                     MT_OK);
+    MT_ASSERT_INT_EQ(t.rc[1], MT_OK);
+    MT_ASSERT_INT_EQ(t.rc[2], MT_OK); /* its row was queued: the failure comes later */
+    int f = t.rc[3] ? 3 : 4;          /* the first report after it, or the checkpoint's */
+    MT_ASSERT_INT_EQ(t.rc[f], R() == 0 ? MT_EIO : MT_EPEER);
+    MT_ASSERT_STR_CONTAINS(t.msg[f], "result.json: write failed: injected by MT_TEST_FAIL_AT");
+    MT_ASSERT_STR_CONTAINS(t.msg[f], f == 3 ? "(the row of iteration 2 not written)"
+                                            : "(2 rows of iterations 2 to 3 not written)");
+    if (R() != 0)
+        MT_ASSERT_STR_CONTAINS(t.msg[f], "rank 0 failed");
+    for (int k = 3; k <= 6; k++)
+        if (k != f)
+            MT_ASSERT_INT_EQ(t.rc[k], MT_OK);
+    if (R() == 0) {
+        char got[64];
+        row_iterations("row_fails", got, sizeof got);
+        /* a failed report counts no iteration; at 3: 1, then 3 (the checkpoint's) to 5;
+         * at 4: row 3 waited behind 2, the checkpoint failed, then 4 and 5 */
+        MT_ASSERT_STR_EQ(got, f == 3 ? "1 3 4 5 " : "1 4 5 ");
+        CU_ASSERT(published("row_fails", "checkpoint_000000") == (f == 3));
+    }
+
+    row_arg q = {.fail_at = "row-queue:0", .fail_report = 2, .reports = 6, .ckpt_report = 4};
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("row_queue"), reports_with_row_failure, &q, NULL),
+                     MT_OK);
+    MT_ASSERT_INT_EQ(q.rc[2], R() == 0 ? MT_ENOMEM : MT_EPEER);
+    MT_ASSERT_STR_CONTAINS(q.msg[2], "out of memory queueing a report's row");
+    for (int k = 1; k <= 6; k++)
+        if (k != 2)
+            MT_ASSERT_INT_EQ(q.rc[k], MT_OK);
+    if (R() == 0) {
+        char got[64];
+        row_iterations("row_queue", got, sizeof got);
+        MT_ASSERT_STR_EQ(got, "1 2 3 4 5 ");
+        CU_ASSERT(published("row_queue", "checkpoint_000000"));
     }
 }
 
