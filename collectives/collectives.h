@@ -111,7 +111,10 @@ int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who
 /*
  * A payload that travels in the agreement's own message and is combined there (agree.c,
  * combine.c): the data of a small allreduce (MT__PAY_REDUCE: count elements of dtype,
- * reduced by op) or a report's statistics (MT__PAY_STATS: count quads {min, max, sum, n}).
+ * reduced by op) or a report's statistics (MT__PAY_STATS: count triples {min, max, sum},
+ * without the ranks' count, so that 8 keys fit: a rank without a finite value gives
+ * {+inf, -inf, NaN}, so a combined sum is NaN when some rank lacked the key, and the
+ * caller then reduces the whole statistics, counts included, in a step of their own).
  * At most MT__AGREE_PAYLOAD bytes. Every rank in the same call passes the same
  * description; buf is this rank's contribution (read only when its status is OK) and
  * receives the combined result when the agreement is OK (untouched otherwise).
@@ -134,10 +137,12 @@ int mt__agree_carry(mt__comm *c, const mt__call *call, int status, mt__winner *w
 
 /* The combining rules (combine.c): b[i] = a[i] op b[i] for n elements of dtype (op
  * MT_SUM and MT_MEAN sum); the statistics' quads; a rank's quad for a value (present:
- * the rank has the key as a number). */
+ * the rank has the key as a number); the same for the frame's triples. */
 void mt__combine_reduce(const void *a, void *b, size_t n, int dtype, int op);
 void mt__combine_stats(const double *a, double *b, size_t keys);
 void mt__stats_fill(double *quad, bool present, double v);
+void mt__combine_triples(const double *a, double *b, size_t keys);
+void mt__triple_fill(double *triple, bool present, double v);
 /* Collective over c: the statistics' quads (keys of them) combined over ranks into rank
  * 0's quads (one MPI_Reduce; other ranks' quads are left as they were). Called only
  * after an OK agreement on the keys. */

@@ -13,7 +13,12 @@
  *
  * Statistics are quads of doubles {min, max, sum, n} per key; a rank whose value is
  * absent or not finite contributes {+inf, -inf, 0, 0}, so the quads of the ranks that
- * have a finite value combine to their spread and their count.
+ * have a finite value combine to their spread and their count. In the agreement's frame
+ * they are triples {min, max, sum}, the count left out so that 8 keys fit in its 192
+ * bytes: there an absent value is {+inf, -inf, NaN}, and a NaN sum (any NaN, or
+ * +inf + -inf from finite values past the range) comes out as the one NaN of NAN, so a
+ * NaN sum says "some rank lacked the key, or the sum is out of range", the same bits on
+ * every rank, and the caller reduces the quads instead.
  */
 #include "collectives.h"
 #include "position.h"
@@ -98,6 +103,24 @@ void mt__combine_stats(const double *in, double *inout, size_t keys)
         inout[1] = in[1] > inout[1] ? in[1] : inout[1];
         inout[2] += in[2];
         inout[3] += in[3];
+    }
+}
+
+void mt__triple_fill(double *t, bool present, double v)
+{
+    bool ok = present && isfinite(v);
+    t[0] = ok ? v : INFINITY;
+    t[1] = ok ? v : -INFINITY;
+    t[2] = ok ? v : NAN;
+}
+
+void mt__combine_triples(const double *in, double *inout, size_t keys)
+{
+    for (size_t k = 0; k < keys; k++, in += 3, inout += 3) {
+        inout[0] = in[0] < inout[0] ? in[0] : inout[0];
+        inout[1] = in[1] > inout[1] ? in[1] : inout[1];
+        double s = in[2] + inout[2]; /* commutative to the bit; a NaN made one NaN */
+        inout[2] = isnan(s) ? NAN : s;
     }
 }
 

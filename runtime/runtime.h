@@ -92,6 +92,7 @@ typedef struct {
     bool fold;             /* the statistics travel in the opening agreement */
     bool ready;            /* rank 0's quads hold every rank's statistics */
     mt__payload payload;
+    double triples[MT__AGREE_PAYLOAD / sizeof(double)]; /* its {min, max, sum} per key */
 } mt__spread_step;
 /* Before the opening agreement (local): st's fields for it. */
 void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st);

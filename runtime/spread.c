@@ -14,10 +14,14 @@
  *    report's opening agreement (its length), and every rank, having learnt it there,
  *    receives the new layout from rank 0 (one broadcast) before any statistic moves.
  * So a change of keys on any rank is seen at the report it happens in, and a report
- * whose keys did not change costs no step of its own: when the layout has at most 6 keys
+ * whose keys did not change costs no step of its own: when the layout has at most 8 keys
  * the statistics travel in the opening agreement's message itself (its payload, combined
  * by the agreement's operation only between ranks in the same call), otherwise in one
- * MPI_Reduce to rank 0 after it.
+ * MPI_Reduce to rank 0 after it. The frame carries {min, max, sum} per key, and the
+ * ranks' count is then the world's size; a key some rank lacks (or has as a nonfinite
+ * value) makes its sum NaN there, and every rank, holding the same combined frame, then
+ * makes the MPI_Reduce of the whole statistics too (counts included): a report with
+ * gaps costs the step it cost before.
  *
  * The numbers are the ones the gather gave: a rank counts for a key when it has that key
  * as a number and the value is finite (NaN and the infinities are no JSON number); a key
@@ -26,6 +30,7 @@
  */
 #include "runtime.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,12 +73,16 @@ static void make_map(mt__spread *s, const mt_metrics *m, uint64_t h)
     s->own_hash = h;
 }
 
-static void fill(mt__spread *s, const mt_metrics *m)
+/* This rank's statistics: quads for the reduce, or (triples) the frame's payload. */
+static void fill(mt__spread *s, const mt_metrics *m, double *triples)
 {
     for (int k = 0; k < s->nkeys; k++) {
         const mt__metric *e = s->map[k] >= 0 ? &m->e[s->map[k]] : NULL;
-        mt__stats_fill(s->quads + 4 * k, e != NULL,
-                       !e ? 0 : e->type == MT__METRIC_F64 ? e->f : (double)e->i);
+        double v = !e ? 0 : e->type == MT__METRIC_F64 ? e->f : (double)e->i;
+        if (triples)
+            mt__triple_fill(triples + 3 * k, e != NULL, v);
+        else
+            mt__stats_fill(s->quads + 4 * k, e != NULL, v);
     }
 }
 
@@ -112,15 +121,31 @@ void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st)
     else if (changed && s->valid) /* only where this rank finds the keys moved */
         make_map(s, m, st->hash);
     st->fold = s->valid && s->nkeys > 0 &&
-               (size_t)s->nkeys * 4 * sizeof(double) <= MT__AGREE_PAYLOAD;
+               (size_t)s->nkeys * 3 * sizeof(double) <= sizeof st->triples;
     if (st->fold && !st->layout_len)
-        fill(s, m);
+        fill(s, m, st->triples);
     else if (st->fold) /* rank 0's old map may not fit its new metrics: nothing is read, and
                           the result is dropped (every rank learns that the layout changed) */
         for (int k = 0; k < s->nkeys; k++)
-            mt__stats_fill(s->quads + 4 * k, false, 0);
+            mt__triple_fill(st->triples + 3 * k, false, 0);
     st->payload = (mt__payload){.kind = MT__PAY_STATS, .count = (size_t)s->nkeys,
-                                .buf = s->quads};
+                                .buf = st->triples};
+}
+
+/* Every rank, after an OK agreement that carried the triples (the same on every rank):
+ * false when some key's sum is NaN (a rank lacked it); otherwise rank 0's quads made
+ * from them, every rank counted. */
+static bool from_triples(mt_context *c, const mt__spread_step *st)
+{
+    mt__spread *s = &c->spread;
+    for (int k = 0; k < s->nkeys; k++)
+        if (isnan(st->triples[3 * k + 2]))
+            return false;
+    for (int k = 0; c->world_rank == 0 && k < s->nkeys; k++) {
+        memcpy(s->quads + 4 * k, st->triples + 3 * k, 3 * sizeof(double));
+        s->quads[4 * k + 3] = c->world_size;
+    }
+    return true;
 }
 
 /* Every rank, after the opening agreement said rank 0's keys changed (len bytes of
@@ -172,8 +197,10 @@ int mt__spread_finish(mt_context *c, const mt_metrics *m, mt__spread_step *st, i
         st->fold = false;
     } else if (!s->valid) /* cannot be: rank 0 sends a layout whenever it has none */
         return mt__error(MT_EINVAL, "report statistics: no key layout");
+    if (st->fold && !from_triples(c, st))
+        st->fold = false;
     if (!st->fold && s->nkeys > 0) {
-        fill(s, m);
+        fill(s, m, NULL);
         rc = mt__reduce_stats(c->comm, s->quads, (size_t)s->nkeys);
     }
     st->ready = rc == MT_OK;

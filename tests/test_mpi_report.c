@@ -131,7 +131,7 @@ static void test_report_files(void)
 /* The metrics rank r reports at report i (0-based): the keys change between reports, on
  * rank 0 (the layout) and on rank 1 alone, values go nonfinite, keys become strings, and
  * the number of keys crosses the size that travels in the opening agreement. */
-#define SPREAD_REPORTS 12
+#define SPREAD_REPORTS 17
 static void spread_metrics(int i, int r, mt_metrics *m)
 {
     char key[32];
@@ -190,6 +190,25 @@ static void spread_metrics(int i, int r, mt_metrics *m)
         mt_metrics_set_f64(m, "acc", r + i);
         if (i == 11 && r == 1)
             mt_metrics_set_f64(m, "late", 1);
+        break;
+    case 12: case 13: case 14: case 15: /* the most keys the agreement's message carries
+        (8), every rank with all of them, then rank 1 without k3 and rank 2 with a NaN k5
+        (report 14: the counts are no longer the world's size), then all again */
+        for (int k = 0; k < 8; k++) {
+            snprintf(key, sizeof key, "k%d", k);
+            if (i == 14 && ((r == 1 && k == 3) || (r == 2 && k == 5)))
+                mt_metrics_set_f64(m, key, NAN);
+            if (i == 14 && r == 1 && k == 3)
+                continue;
+            if (!(i == 14 && r == 2 && k == 5))
+                mt_metrics_set_f64(m, key, 0.5 * k - r + i);
+        }
+        break;
+    case 16: /* one key past it */
+        for (int k = 0; k < 9; k++) {
+            snprintf(key, sizeof key, "k%d", k);
+            mt_metrics_set_f64(m, key, 3.0 * k + r);
+        }
         break;
     }
 }
