@@ -110,7 +110,7 @@ float mt__wire_to_f32(mt_compression k, uint16_t h)
  * (shared-memory transport) one call of everything stays faster (pieces: 1.1-1.6x). */
 enum { MSG_BYTES = 32768, WINDOW = 16 };
 
-/* Sleeping (MT_FUSION_SLEEP=1; the defaults per path below), across nodes, a piece's wait on the
+/* Sleeping (MT_FUSION_SLEEP=1, the default on both paths: below), across nodes, a piece's wait on the
  * fusion's own thread polls MPI_Test and sleeps in between where MPI_Wait would spin:
  * Open MPI's wait loop polls, and with mpi_yield_when_idle yields, on the core whose rank
  * is computing the rest of the backward pass. The caller's thread, which in mt_fusion_wait has nothing else to do,
@@ -133,17 +133,19 @@ enum { MSG_BYTES = 32768, WINDOW = 16 };
  * sustain itself. mt__wire_polls counts them (test_mpi_fusion's sleeping_wait_backs_off
  * holds a wait for a second and bounds them). */
 /* Which wait wins is measured per path (benchmarks/cluster_bench.sh, the train suite's
- * row blocks, per-rank samples/s; docs/benchmarks.md "The defaults, measured"): flat, the
- * sleeping wait 1.75x MPI_Wait at 2 emulated nodes x 1 rank unshaped and 1.36x at 1 Gbit/s
- * on a quiet machine (the old sleeps), 1.05x (0.85x-1.45x) over 9 runs on a loaded one;
- * hier 0.98x-1.07x quiet, 1.00x (0.78x-1.32x) loaded. Both wait in MPI_Wait by default:
- * under load the sleeping wait's gain is within the runs' spread. (With it forced on 2+2
- * fake nodes, tests/fusion_nodes.sh's fusion suite once ran past its 240 s limit at load
- * 30; that is the load, not the wait: the suite at 2+2 took 1.55 s with MPI_Wait and
- * 1.33 s sleeping on a quiet machine, 55.5 s and 43.7 s beside 8 busy loops, 164.5 s and
- * 155.8 s beside 24, every run passing.) MT_FUSION_SLEEP=0 or 1 decides instead.
- * On one node the fusion's thread makes no MPI wait (shared memory and its barrier). */
-static const bool SLEEPS_BY_DEFAULT[2] = {[MT__WIRE_FLAT] = false, [MT__WIRE_HIER] = false};
+ * row blocks and per-layer buckets, per-rank samples/s; docs/benchmarks.md "The fusion
+ * thread's wait, measured quietly"): two full runs on a quiet machine, each node its own
+ * CPU, the sleeping wait against MPI_Wait: flat (2 emulated nodes x 1 rank, and
+ * MT_FUSION_ALGO=flat at 2 x 2) 0.99x-1.92x over 9 row-block figures (1.52x geometric
+ * mean), per layer 1.04x-2.26x; hier 0.98x-1.06x (1.01x). On a loaded machine both were
+ * about 1.0x, and under heavy oversubscription the sleeping wait was the faster in each
+ * of 3 pairs of tests/fusion_nodes.sh's suite (1.33 s against 1.55 s quiet, 43.7 against
+ * 55.5 s beside 8 busy loops, 155.8 against 164.5 s beside 24): its once-seen stall past
+ * 240 s was that load, not the wait. So both paths sleep by default (hier, where it
+ * ties, for the CPU it leaves to the compute under load); MT_FUSION_SLEEP=0 or 1 decides
+ * instead. On one node the fusion's thread makes no MPI wait (shared memory and its
+ * barrier). */
+static const bool SLEEPS_BY_DEFAULT[2] = {[MT__WIRE_FLAT] = true, [MT__WIRE_HIER] = true};
 static _Thread_local enum { NOT_FUSION = 0, KNOB_ON, KNOB_OFF, BY_PATH } thread_mode;
 static _Thread_local mt__wire_path thread_path;
 static _Thread_local uint64_t thread_polls;

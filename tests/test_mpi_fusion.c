@@ -1018,6 +1018,50 @@ static void test_sleeping_wait_backs_off(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Which wait the fusion's thread makes, on each path, with MT_FUSION_SLEEP unset (the
+ * defaults measured in fusion_wire.c: the sleeping wait on both), 0 and 1: a wait of a
+ * message already sent polls (MPI_Test, counted) when it sleeps and not when it waits in
+ * MPI_Wait; a thread that is not the fusion's always waits in MPI_Wait. */
+static int polls_of_a_wait(mt__wire_path path)
+{
+    int rank = 0, v = 7, got = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Request s, r;
+    MPI_Isend(&v, 1, MPI_INT, rank, 4712, MPI_COMM_WORLD, &s);
+    MPI_Irecv(&got, 1, MPI_INT, rank, 4712, MPI_COMM_WORLD, &r);
+    mt__wire_set_path(path);
+    uint64_t p0 = mt__wire_polls();
+    MT_ASSERT_INT_EQ(mt__wire_wait(&r), MPI_SUCCESS);
+    MT_ASSERT_INT_EQ(got, 7);
+    MPI_Wait(&s, MPI_STATUS_IGNORE);
+    return (int)(mt__wire_polls() - p0);
+}
+
+static void test_wait_by_path_and_knob(void)
+{
+    const char *knob[] = {NULL, "0", "1"};
+    const bool sleeps[3][2] = {{true, true}, {false, false}, {true, true}};
+    for (int k = 0; k < 3; k++) {
+        if (knob[k])
+            setenv("MT_FUSION_SLEEP", knob[k], 1);
+        else
+            unsetenv("MT_FUSION_SLEEP");
+        mt__wire_thread_sleeps();
+        for (int p = 0; p < 2; p++) {
+            int polls = polls_of_a_wait(p ? MT__WIRE_HIER : MT__WIRE_FLAT);
+            if ((polls > 0) != sleeps[k][p])
+                fprintf(stderr, "MT_FUSION_SLEEP=%s, %s: %d polls\n", knob[k] ? knob[k] : "(unset)",
+                        p ? "hier" : "flat", polls);
+            CU_ASSERT((polls > 0) == sleeps[k][p]);
+        }
+        mt__wire_thread_done();
+        MT_ASSERT_INT_EQ(polls_of_a_wait(MT__WIRE_FLAT), 0); /* not the fusion's thread */
+    }
+    unsetenv("MT_FUSION_SLEEP");
+    mt__wire_set_path(MT__WIRE_FLAT);
+    prctl(PR_SET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL);
+}
+
 static const mt_test tests[] = {
     {"tensors_in_one_block", test_tensors_in_one_block},
     {"uneven_sizes_and_big_tensors", test_uneven_sizes_and_big_tensors},
@@ -1039,6 +1083,7 @@ static const mt_test tests[] = {
     {"mpi_error_in_creation", test_mpi_error_in_creation},
     {"auto_choice", test_auto_choice},
     {"sleeping_wait_backs_off", test_sleeping_wait_backs_off},
+    {"wait_by_path_and_knob", test_wait_by_path_and_knob},
     {NULL, NULL},
 };
 
