@@ -32,6 +32,7 @@
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +159,74 @@ static void *end_after_grace(void *arg)
     _exit(end.code);
 }
 
+/* The name of the process pid when it is Open MPI's launcher or daemon (mpirun, mpiexec,
+ * orterun, orted, prterun, prted), or "" (a batch system's step daemon, a shell...). */
+static void launcher_name(pid_t pid, char *name, size_t len)
+{
+    static const char *const ours[] = {"mpirun", "mpiexec", "orterun", "orted", "prterun",
+                                       "prted"};
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/%ld/comm", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, comm, sizeof comm - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    comm[n > 0 ? n : 0] = '\0';
+    comm[strcspn(comm, "\n")] = '\0';
+    name[0] = '\0';
+    for (size_t i = 0; pid > 1 && i < sizeof ours / sizeof *ours; i++)
+        if (!strcmp(comm, ours[i]))
+            snprintf(name, len, "%s", comm);
+}
+
+/*
+ * The launcher's own wait, bounded. A job whose node is cut off: MPI_Abort reaches mpirun,
+ * which kills this node's ranks and then waits for the lost node's daemon until TCP gives
+ * up (300 s + 9 x 20 s with Open MPI's defaults), so the job would outlive every rank by
+ * minutes. Before its MPI_Abort, a rank whose parent is Open MPI's launcher or daemon
+ * leaves a small process behind, in a session of its own (a launcher kills its ranks'
+ * process groups) and with no file open (mpirun waits for its ranks' output pipes to
+ * close): it sleeps and, if that parent still runs after the grace and 5 s more, sends it
+ * SIGTERM, which to a launcher whose abort is in progress means "end now" (Open MPI's
+ * second Ctrl-C), and to a daemon "shut down"; SIGKILL 3 s later if it still runs. (Open
+ * MPI 4.1.4's mpirun ends on that SIGTERM within 0.1 s, by a segmentation fault of its own
+ * in PMIx_Finalize, exit 139, with a node out of reach; so it does when a user presses
+ * Ctrl-C twice there.) A launcher that ends by itself, as on a
+ * healthy network within a second or two, leaves it nothing to do. After fork only
+ * async-signal-safe calls, up to the exec of /bin/sh. A parent that is no launcher
+ * (Slurm's step daemon under srun, which handles lost nodes itself) is left alone.
+ */
+static void leave_a_reaper(double grace_s)
+{
+    pid_t parent = getppid();
+    char name[16];
+    launcher_name(parent, name, sizeof name);
+    if (!name[0])
+        return;
+    /* everything the child needs, made before fork: a shell that sleeps, then ends the
+     * launcher if /proc still shows the same one (named mpitrain-end-launcher in ps; no
+     * variable of the job's environment) */
+    char secs[32], pid[32], line[256];
+    snprintf(secs, sizeof secs, "%.0f", grace_s + 5);
+    snprintf(pid, sizeof pid, "%ld", (long)parent);
+    static const char script[] = "same() { read -r c < /proc/\"$2\"/comm && [ \"$c\" = \"$3\" ]; }; "
+                                 "sleep \"$1\"; same \"$@\" && kill -TERM \"$2\" && sleep 3 && "
+                                 "same \"$@\" && kill -KILL \"$2\"";
+    char *argv[] = {"sh", "-c", (char *)script, "mpitrain-end-launcher", secs, pid, name, NULL};
+    char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+    snprintf(line, sizeof line, "mpitrain: %s (pid %s) is sent SIGTERM if it still runs %s s "
+             "from now (a node out of reach: Open MPI would wait for its daemon for minutes)\n",
+             name, pid, secs);
+    say(line);
+    if (fork() != 0)
+        return; /* this rank (or no process: nothing more to do) */
+    setsid();
+    for (int fd = 0; fd < 1024; fd++)
+        close(fd);
+    execve("/bin/sh", argv, envp);
+    _exit(127);
+}
+
 _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double grace_s)
 {
     if (atomic_exchange(&end.ending, 1)) /* another thread is ending the job already */
@@ -177,6 +246,7 @@ _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double gra
         say(text);
     if (!armed)
         _exit(code);
+    leave_a_reaper(grace_s);
     MPI_Abort(comm, code);
     _exit(code);
 }
