@@ -418,7 +418,10 @@ int mt__rows_settle(mt_context *c, bool wait)
         c->last_metrics = q->last;
         q->last = NULL;
     }
-    if (!q->busy) { /* a batch being written may still add rows to its failure */
+    /* a batch being written may still add rows to its failure, and so do rows queued
+     * behind it: were the failure taken now, the writer would write them after the
+     * missing one (a gap in result.json); it is taken once they have joined it */
+    if (!q->busy && !q->head) {
         if (!rc)
             rc = take_failure(&q->failed);
         else if (q->failed.code) { /* both: the second's text follows the first's */
