@@ -67,7 +67,9 @@ static void combine_payload(const frame *in, frame *out)
     if (kind == MT__PAY_REDUCE && mt_dtype_size(dtype) &&
         count <= MT__AGREE_PAYLOAD / mt_dtype_size(dtype))
         mt__combine_reduce(in->pay, out->pay, count, dtype, op);
-    else if (kind == MT__PAY_STATS && count <= MT__AGREE_PAYLOAD / (3 * sizeof(double)))
+    else if (kind == MT__PAY_STATS && count <= MT__AGREE_PAYLOAD / (4 * sizeof(double)))
+        mt__combine_stats((const double *)in->pay, (double *)out->pay, count);
+    else if (kind == MT__PAY_TRIPLES && count <= MT__AGREE_PAYLOAD / (3 * sizeof(double)))
         mt__combine_triples((const double *)in->pay, (double *)out->pay, count);
 }
 
@@ -287,6 +289,8 @@ size_t mt__payload_bytes(const mt__payload *p)
         return mt_dtype_size(p->dtype) && p->count <= MT__AGREE_PAYLOAD
                    ? p->count * mt_dtype_size(p->dtype) : SIZE_MAX;
     case MT__PAY_STATS:
+        return p->count <= MT__AGREE_PAYLOAD ? p->count * 4 * sizeof(double) : SIZE_MAX;
+    case MT__PAY_TRIPLES:
         return p->count <= MT__AGREE_PAYLOAD ? p->count * 3 * sizeof(double) : SIZE_MAX;
     }
     return 0;

@@ -111,10 +111,11 @@ int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who
 /*
  * A payload that travels in the agreement's own message and is combined there (agree.c,
  * combine.c): the data of a small allreduce (MT__PAY_REDUCE: count elements of dtype,
- * reduced by op) or a report's statistics (MT__PAY_STATS: count triples {min, max, sum},
- * without the ranks' count, so that 8 keys fit: a rank without a finite value gives
- * {+inf, -inf, NaN}, so a combined sum is NaN when some rank lacked the key, and the
- * caller then reduces the whole statistics, counts included, in a step of their own).
+ * reduced by op) or a report's statistics (MT__PAY_STATS: count quads {min, max, sum, n};
+ * MT__PAY_TRIPLES: count triples {min, max, sum} without the ranks' count, so that 7 and 8
+ * keys fit: a rank without a finite value gives {+inf, -inf, NaN}, so a combined sum is
+ * NaN when some rank lacked the key, and the caller then reduces the whole statistics,
+ * counts included, in a step of their own).
  * At most MT__AGREE_PAYLOAD bytes. Every rank in the same call passes the same
  * description; buf is this rank's contribution (read only when its status is OK) and
  * receives the combined result when the agreement is OK (untouched otherwise).
@@ -123,7 +124,7 @@ int mt__agree_max(mt__comm *c, const mt__call *call, int status, mt__winner *who
 /* The agreement's point-to-point messages on a mt__comm (agree.c); no other message there
  * uses it. */
 #define MT__TAG_AGREE 7100
-enum { MT__PAY_NONE = 0, MT__PAY_REDUCE, MT__PAY_STATS };
+enum { MT__PAY_NONE = 0, MT__PAY_REDUCE, MT__PAY_STATS, MT__PAY_TRIPLES };
 typedef struct {
     int kind, dtype, op;
     size_t count;

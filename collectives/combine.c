@@ -13,12 +13,12 @@
  *
  * Statistics are quads of doubles {min, max, sum, n} per key; a rank whose value is
  * absent or not finite contributes {+inf, -inf, 0, 0}, so the quads of the ranks that
- * have a finite value combine to their spread and their count. In the agreement's frame
- * they are triples {min, max, sum}, the count left out so that 8 keys fit in its 192
- * bytes: there an absent value is {+inf, -inf, NaN}, and a NaN sum (any NaN, or
- * +inf + -inf from finite values past the range) comes out as the one NaN of NAN, so a
- * NaN sum says "some rank lacked the key, or the sum is out of range", the same bits on
- * every rank, and the caller reduces the quads instead.
+ * have a finite value combine to their spread and their count. In the agreement's frame,
+ * up to 6 keys travel as quads; 7 and 8 as triples {min, max, sum}, the count left out so
+ * that they fit in its 192 bytes: there an absent value is {+inf, -inf, NaN}, and a NaN
+ * sum (any NaN, or +inf + -inf from finite values past the range) comes out as the one
+ * NaN of NAN, the same bits on every rank; the caller reduces the quads instead when a
+ * sum is not finite (a rank lacked the key, or the sum is out of range).
  */
 #include "collectives.h"
 #include "position.h"

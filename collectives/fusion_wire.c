@@ -110,7 +110,7 @@ float mt__wire_to_f32(mt_compression k, uint16_t h)
  * (shared-memory transport) one call of everything stays faster (pieces: 1.1-1.6x). */
 enum { MSG_BYTES = 32768, WINDOW = 16 };
 
-/* Sleeping (MT_FUSION_SLEEP=1, the default on both paths: below), across nodes, a piece's wait on the
+/* Sleeping (MT_FUSION_SLEEP=1, flat's default: below), across nodes, a piece's wait on the
  * fusion's own thread polls MPI_Test and sleeps in between where MPI_Wait would spin:
  * Open MPI's wait loop polls, and with mpi_yield_when_idle yields, on the core whose rank
  * is computing the rest of the backward pass. The caller's thread, which in mt_fusion_wait has nothing else to do,
@@ -136,16 +136,15 @@ enum { MSG_BYTES = 32768, WINDOW = 16 };
  * row blocks and per-layer buckets, per-rank samples/s; docs/benchmarks.md "The fusion
  * thread's wait, measured quietly"): two full runs on a quiet machine, each node its own
  * CPU, the sleeping wait against MPI_Wait: flat (2 emulated nodes x 1 rank, and
- * MT_FUSION_ALGO=flat at 2 x 2) 0.99x-1.92x over 9 row-block figures (1.52x geometric
- * mean), per layer 1.04x-2.26x; hier 0.98x-1.06x (1.01x). On a loaded machine both were
- * about 1.0x, and under heavy oversubscription the sleeping wait was the faster in each
- * of 3 pairs of tests/fusion_nodes.sh's suite (1.33 s against 1.55 s quiet, 43.7 against
- * 55.5 s beside 8 busy loops, 155.8 against 164.5 s beside 24): its once-seen stall past
- * 240 s was that load, not the wait. So both paths sleep by default (hier, where it
- * ties, for the CPU it leaves to the compute under load); MT_FUSION_SLEEP=0 or 1 decides
- * instead. On one node the fusion's thread makes no MPI wait (shared memory and its
- * barrier). */
-static const bool SLEEPS_BY_DEFAULT[2] = {[MT__WIRE_FLAT] = true, [MT__WIRE_HIER] = true};
+ * MT_FUSION_ALGO=flat at 2 x 2) 0.99x-1.92x over 9 row-block figures (1.48x geometric
+ * mean), per layer 0.97x-2.26x (1.54x); hier 0.98x-1.06x over 6 (1.01x), within the two
+ * runs' spread. So flat sleeps by default and hier, where neither wins, keeps MPI_Wait.
+ * (Under heavy oversubscription the sleeping wait was the faster in each of 3 pairs of
+ * tests/fusion_nodes.sh's suite at 2+2: 1.33 s against 1.55 s quiet, 43.7 against 55.5 s
+ * beside 8 busy loops, 155.8 against 164.5 s beside 24; its once-seen stall past 240 s
+ * was that load, not the wait.) MT_FUSION_SLEEP=0 or 1 decides instead. On one node the
+ * fusion's thread makes no MPI wait (shared memory and its barrier). */
+static const bool SLEEPS_BY_DEFAULT[2] = {[MT__WIRE_FLAT] = true, [MT__WIRE_HIER] = false};
 static _Thread_local enum { NOT_FUSION = 0, KNOB_ON, KNOB_OFF, BY_PATH } thread_mode;
 static _Thread_local mt__wire_path thread_path;
 static _Thread_local uint64_t thread_polls;

@@ -32,7 +32,7 @@
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,47 +184,57 @@ static void launcher_name(pid_t pid, char *name, size_t len)
  * which kills this node's ranks and then waits for the lost node's daemon until TCP gives
  * up (300 s + 9 x 20 s with Open MPI's defaults), so the job would outlive every rank by
  * minutes. Before its MPI_Abort, a rank whose parent is Open MPI's launcher or daemon
- * leaves a small process behind, in a session of its own (a launcher kills its ranks'
- * process groups) and with no file open (mpirun waits for its ranks' output pipes to
- * close): it sleeps and, if that parent still runs after the grace and 5 s more, sends it
- * SIGTERM, which to a launcher whose abort is in progress means "end now" (Open MPI's
- * second Ctrl-C), and to a daemon "shut down"; SIGKILL 3 s later if it still runs. (Open
- * MPI 4.1.4's mpirun ends on that SIGTERM within 0.1 s, by a segmentation fault of its own
- * in PMIx_Finalize, exit 139, with a node out of reach; so it does when a user presses
- * Ctrl-C twice there.) A launcher that ends by itself, as on a
- * healthy network within a second or two, leaves it nothing to do. After fork only
- * async-signal-safe calls, up to the exec of /bin/sh. A parent that is no launcher
- * (Slurm's step daemon under srun, which handles lost nodes itself) is left alone.
+ * leaves a small process behind (posix_spawn: no fork handlers, no copy of this process)
+ * in a session of its own (a launcher kills its ranks' process groups), with no file open
+ * (mpirun waits for its ranks' output pipes to close) and none of the job's environment:
+ * a shell that sleeps and, if that parent (the same process: its pid and start time)
+ * still runs after the grace and 5 s more, sends it SIGTERM, which to a launcher whose
+ * abort is in progress means "end now" (Open MPI's second Ctrl-C), and to a daemon "shut
+ * down"; SIGKILL 3 s later if it still runs. (Open MPI 4.1.4's mpirun ends on that SIGTERM
+ * within 0.1 s, by a segmentation fault of its own in PMIx_Finalize, exit 139, with a node
+ * out of reach; so it does when a user presses Ctrl-C twice there.) A launcher that ends
+ * by itself, as on a healthy network within a second or two, leaves it nothing to do. A
+ * parent that is no launcher (Slurm's step daemon under srun, which handles lost nodes
+ * itself) is left alone. Returns the line to print ("" when none was left).
  */
-static void leave_a_reaper(double grace_s)
+static void leave_a_reaper(double grace_s, char *line, size_t len)
 {
+    line[0] = '\0';
     pid_t parent = getppid();
     char name[16];
     launcher_name(parent, name, sizeof name);
-    if (!name[0])
+    uint64_t start = name[0] ? mt__process_start((int)parent) : 0;
+    if (!start)
         return;
-    /* everything the child needs, made before fork: a shell that sleeps, then ends the
-     * launcher if /proc still shows the same one (named mpitrain-end-launcher in ps; no
-     * variable of the job's environment) */
-    char secs[32], pid[32], line[256];
+    char secs[32], pid[32], since[32];
     snprintf(secs, sizeof secs, "%.0f", grace_s + 5);
     snprintf(pid, sizeof pid, "%ld", (long)parent);
-    static const char script[] = "same() { read -r c < /proc/\"$2\"/comm && [ \"$c\" = \"$3\" ]; }; "
-                                 "sleep \"$1\"; same \"$@\" && kill -TERM \"$2\" && sleep 3 && "
-                                 "same \"$@\" && kill -KILL \"$2\"";
-    char *argv[] = {"sh", "-c", (char *)script, "mpitrain-end-launcher", secs, pid, name, NULL};
+    snprintf(since, sizeof since, "%llu", (unsigned long long)start);
+    /* field 22 of /proc/PID/stat is the start time (a launcher's name has no space) */
+    static const char script[] =
+        "pid=$2 start=$3; sleep \"$1\" || exit 0; "
+        "alive() { read -r l < \"/proc/$pid/stat\" || return 1; set -- $l; "
+        "[ \"${22}\" = \"$start\" ]; }; "
+        "alive && kill -TERM \"$pid\" && sleep 3 && alive && kill -KILL \"$pid\"";
+    char *argv[] = {"sh", "-c", (char *)script, "mpitrain-end-launcher", secs, pid, since, NULL};
     char *envp[] = {"PATH=/usr/bin:/bin", NULL};
-    snprintf(line, sizeof line, "mpitrain: %s (pid %s) is sent SIGTERM if it still runs %s s "
-             "from now (a node out of reach: Open MPI would wait for its daemon for minutes)\n",
-             name, pid, secs);
-    say(line);
-    if (fork() != 0)
-        return; /* this rank (or no process: nothing more to do) */
-    setsid();
-    for (int fd = 0; fd < 1024; fd++)
-        close(fd);
-    execve("/bin/sh", argv, envp);
-    _exit(127);
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_t fa;
+    if (posix_spawnattr_init(&at))
+        return;
+    bool ok = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID) == 0 &&
+              posix_spawn_file_actions_init(&fa) == 0;
+    if (ok) {
+        ok = posix_spawn_file_actions_addclosefrom_np(&fa, 0) == 0;
+        pid_t child;
+        ok = ok && posix_spawn(&child, "/bin/sh", &fa, &at, argv, envp) == 0;
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    posix_spawnattr_destroy(&at);
+    if (ok)
+        snprintf(line, len, "mpitrain: if %s (pid %s) has not ended %s s from now, it is sent "
+                 "SIGTERM (a node out of reach keeps Open MPI waiting for minutes)\n", name,
+                 pid, secs);
 }
 
 _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double grace_s)
@@ -240,13 +250,16 @@ _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double gra
     }
     end.code = code;
     end.grace_s = grace_s;
+    char reaper[256];
+    leave_a_reaper(grace_s, reaper, sizeof reaper);
     pthread_t t;
     bool armed = pthread_create(&t, NULL, end_after_grace, NULL) == 0;
     if (text)
         say(text);
+    if (reaper[0])
+        say(reaper);
     if (!armed)
         _exit(code);
-    leave_a_reaper(grace_s);
     MPI_Abort(comm, code);
     _exit(code);
 }

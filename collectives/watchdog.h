@@ -29,8 +29,10 @@ void mt__watchdog_stop(mt__watchdog **w);
 
 /* The job cannot go on: print text (never blocking on a full pipe), abort every rank of
  * comm with code, and _exit(code) if MPI_Abort has not ended this process within
- * grace_s seconds (an unreachable launcher can keep it from returning); with comm
- * MPI_COMM_NULL, _exit(code) at once. Never returns. */
+ * grace_s seconds (an unreachable launcher can keep it from returning); before the
+ * abort, when this process's parent is Open MPI's launcher or daemon, leave a process
+ * behind that sends it SIGTERM (then SIGKILL) if it still runs grace_s + 5 s later
+ * (watchdog.c says why); with comm MPI_COMM_NULL, _exit(code) at once. Never returns. */
 _Noreturn void mt__end_job(MPI_Comm comm, int code, const char *text, double grace_s);
 
 /* Writes text to stderr as mt__end_job does (never blocking for long on a full pipe). */

@@ -92,7 +92,7 @@ typedef struct {
     bool fold;             /* the statistics travel in the opening agreement */
     bool ready;            /* rank 0's quads hold every rank's statistics */
     mt__payload payload;
-    double triples[MT__AGREE_PAYLOAD / sizeof(double)]; /* its {min, max, sum} per key */
+    double triples[MT__AGREE_PAYLOAD / sizeof(double)]; /* 7 or 8 keys: {min, max, sum} */
 } mt__spread_step;
 /* Before the opening agreement (local): st's fields for it. */
 void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st);

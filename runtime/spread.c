@@ -17,11 +17,12 @@
  * whose keys did not change costs no step of its own: when the layout has at most 8 keys
  * the statistics travel in the opening agreement's message itself (its payload, combined
  * by the agreement's operation only between ranks in the same call), otherwise in one
- * MPI_Reduce to rank 0 after it. The frame carries {min, max, sum} per key, and the
- * ranks' count is then the world's size; a key some rank lacks (or has as a nonfinite
- * value) makes its sum NaN there, and every rank, holding the same combined frame, then
- * makes the MPI_Reduce of the whole statistics too (counts included): a report with
- * gaps costs the step it cost before.
+ * MPI_Reduce to rank 0 after it. Up to 6 keys the frame carries the whole statistics
+ * (quads, counts included). 7 and 8 keys travel as {min, max, sum}, the ranks' count then
+ * being the world's size; a key some rank lacks (or has as a nonfinite value) makes its
+ * sum NaN there, and every rank, holding the same combined frame, then makes the
+ * MPI_Reduce of the whole statistics too: such a report with gaps costs the step that
+ * every report of 7 or 8 keys cost before.
  *
  * The numbers are the ones the gather gave: a rank counts for a key when it has that key
  * as a number and the value is finite (NaN and the infinities are no JSON number); a key
@@ -120,26 +121,37 @@ void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st)
         st->layout_len = (int64_t)layout_len(m);
     else if (changed && s->valid) /* only where this rank finds the keys moved */
         make_map(s, m, st->hash);
+    /* every rank has the same nkeys, so the same kind of payload */
+    bool quads = (size_t)s->nkeys * 4 * sizeof(double) <= MT__AGREE_PAYLOAD;
     st->fold = s->valid && s->nkeys > 0 &&
                (size_t)s->nkeys * 3 * sizeof(double) <= sizeof st->triples;
+    double *trip = quads ? NULL : st->triples;
     if (st->fold && !st->layout_len)
-        fill(s, m, st->triples);
+        fill(s, m, trip);
     else if (st->fold) /* rank 0's old map may not fit its new metrics: nothing is read, and
                           the result is dropped (every rank learns that the layout changed) */
-        for (int k = 0; k < s->nkeys; k++)
-            mt__triple_fill(st->triples + 3 * k, false, 0);
-    st->payload = (mt__payload){.kind = MT__PAY_STATS, .count = (size_t)s->nkeys,
-                                .buf = st->triples};
+        for (int k = 0; k < s->nkeys; k++) {
+            if (trip)
+                mt__triple_fill(trip + 3 * k, false, 0);
+            else
+                mt__stats_fill(s->quads + 4 * k, false, 0);
+        }
+    st->payload = (mt__payload){.kind = quads ? MT__PAY_STATS : MT__PAY_TRIPLES,
+                                .count = (size_t)s->nkeys,
+                                .buf = quads ? (void *)s->quads : (void *)st->triples};
 }
 
-/* Every rank, after an OK agreement that carried the triples (the same on every rank):
- * false when some key's sum is NaN (a rank lacked it); otherwise rank 0's quads made
- * from them, every rank counted. */
+/* Every rank, after an OK agreement that carried the statistics (the same on every
+ * rank): quads are whole; of triples, false when some key's sum is not finite (a rank
+ * lacked it, or the sum left the range), otherwise rank 0's quads made from them, every
+ * rank counted. */
 static bool from_triples(mt_context *c, const mt__spread_step *st)
 {
     mt__spread *s = &c->spread;
+    if (st->payload.kind != MT__PAY_TRIPLES)
+        return true;
     for (int k = 0; k < s->nkeys; k++)
-        if (isnan(st->triples[3 * k + 2]))
+        if (!isfinite(st->triples[3 * k + 2]))
             return false;
     for (int k = 0; c->world_rank == 0 && k < s->nkeys; k++) {
         memcpy(s->quads + 4 * k, st->triples + 3 * k, 3 * sizeof(double));

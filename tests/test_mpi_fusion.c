@@ -1019,7 +1019,7 @@ static void test_sleeping_wait_backs_off(void)
 }
 
 /* Which wait the fusion's thread makes, on each path, with MT_FUSION_SLEEP unset (the
- * defaults measured in fusion_wire.c: the sleeping wait on both), 0 and 1: a wait of a
+ * defaults measured in fusion_wire.c: flat sleeps, hier waits in MPI_Wait), 0 and 1: a wait of a
  * message already sent polls (MPI_Test, counted) when it sleeps and not when it waits in
  * MPI_Wait; a thread that is not the fusion's always waits in MPI_Wait. */
 static int polls_of_a_wait(mt__wire_path path)
@@ -1040,7 +1040,7 @@ static int polls_of_a_wait(mt__wire_path path)
 static void test_wait_by_path_and_knob(void)
 {
     const char *knob[] = {NULL, "0", "1"};
-    const bool sleeps[3][2] = {{true, true}, {false, false}, {true, true}};
+    const bool sleeps[3][2] = {{true, false}, {false, false}, {true, true}};
     for (int k = 0; k < 3; k++) {
         if (knob[k])
             setenv("MT_FUSION_SLEEP", knob[k], 1);
