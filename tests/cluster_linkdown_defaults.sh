@@ -55,17 +55,23 @@ ranks_on() {
     done
 }
 
+# cut_and_wait: pull node 2's cable ($t0), then wait up to $limit s for the job to end
+# ($ended: seconds after the cut, empty if it still runs)
+cut_and_wait() {
+    "$cl" -n "$cname" link "${cname}2" down
+    t0=$(now)
+    ended=""
+    for _ in $(seq 1 $((limit * 10))); do
+        kill -0 $job 2>/dev/null || { ended=$(since "$t0"); break; }
+        sleep 0.1
+    done
+}
+
 # under mpitrain-run: the job ends
 stall=20
 limit=$((stall + 40)) # the stall timeout, the grace and the keepalives, with room for load
 job mpitrain-run sup $stall
-"$cl" -n "$cname" link "${cname}2" down
-t0=$(now)
-ended=""
-for _ in $(seq 1 $((limit * 10))); do
-    kill -0 $job 2>/dev/null || { ended=$(since "$t0"); break; }
-    sleep 0.1
-done
+cut_and_wait
 if [ -n "$ended" ]; then
     wait $job
     rc=$?
@@ -110,13 +116,7 @@ cluster_up o 5 2
 
 # plain mpirun on node 1, whose ranks are its children: the job ends
 job node1 node1 $stall
-"$cl" -n "$cname" link "${cname}2" down
-t0=$(now)
-ended=""
-for _ in $(seq 1 $((limit * 10))); do
-    kill -0 $job 2>/dev/null || { ended=$(since "$t0"); break; }
-    sleep 0.1
-done
+cut_and_wait
 wait $job
 rc=$?
 echo "plain mpirun on node ${cname}1, Open MPI's keepalive defaults: the job ended ${ended:-(not within $limit s)} s after node ${cname}2's link went down (exit $rc)"
