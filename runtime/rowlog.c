@@ -33,12 +33,38 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 enum { BATCH_NS = 2000000, QUEUE_MAX = 1024 };
+
+/* mt__rows_test_hold's point (0: none). */
+static atomic_int test_hold;
+
+void mt__rows_test_hold(int stage)
+{
+    atomic_store(&test_hold, stage);
+}
+
+int mt__rows_test_held(void)
+{
+    return atomic_load(&test_hold);
+}
+
+/* The writer at a test's hold point: when the test set `armed`, show `at` and wait until
+ * it is moved on (never in a run that no test holds: one relaxed load). */
+static void test_point(int armed, int at)
+{
+    if (atomic_load_explicit(&test_hold, memory_order_relaxed) != armed)
+        return;
+    atomic_store(&test_hold, at);
+    struct timespec nap = {0, 1000000};
+    while (atomic_load(&test_hold) == at)
+        nanosleep(&nap, NULL);
+}
 
 typedef struct mt__row_rec {
     struct mt__row_rec *next;
@@ -198,6 +224,7 @@ static void *writer(void *arg)
             }
             free(r);
         }
+        test_point(1, 2);
         pthread_mutex_lock(&q->mu);
         if (kept) {
             mt_metrics_free(&q->last);
@@ -211,6 +238,11 @@ static void *writer(void *arg)
         }
         q->busy = false;
         pthread_cond_broadcast(&q->done);
+        if (atomic_load_explicit(&test_hold, memory_order_relaxed) == 3) {
+            pthread_mutex_unlock(&q->mu);
+            test_point(3, 4);
+            pthread_mutex_lock(&q->mu);
+        }
         if (!q->stop && !q->flushers) { /* gather the next rows a while */
             struct timespec until;
             clock_gettime(CLOCK_MONOTONIC, &until);

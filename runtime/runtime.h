@@ -210,6 +210,13 @@ void mt__rows_release(mt__row_slot *slot);
  * thread's error (MT_OK: none); with wait, once every queued row is written, and the last
  * row written becomes c->last_metrics. */
 int mt__rows_settle(mt_context *c, bool wait);
+/* Test only (test_mpi_report): holds rank 0's writer at two points of its next batch, so
+ * that a test can place reports between them. Set 1: the writer stops after writing the
+ * batch's rows, before their failure is recorded (still busy), and shows 2; set 3: it
+ * records it, stops once no longer busy (its queue's lock released) and shows 4; set 0:
+ * it goes on. mt__rows_test_held: the point shown. */
+void mt__rows_test_hold(int stage);
+int mt__rows_test_held(void);
 /* The writer's thread ended, the rows still queued written first (mt__run_close_logs). */
 void mt__rows_stop(mt__rundir *run);
 

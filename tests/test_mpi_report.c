@@ -1469,6 +1469,65 @@ static void test_row_failure_at_later_report(void)
     }
 }
 
+/* Rank 0: waits until the writer shows hold point `at` (at most 20 s). */
+static bool writer_at(int at)
+{
+    for (int i = 0; i < 20000 && mt__rows_test_held() != at; i++)
+        usleep(1000);
+    return mt__rows_test_held() == at;
+}
+
+/* A row fails while the next one is already queued behind it: report 3 queues its row
+ * while the writer is still busy with report 2's failing one, and report 4 comes once the
+ * writer has recorded that failure and is no longer busy, with row 3 still in the queue.
+ * Report 4 must not take the failure then (the writer would write row 3 after the missing
+ * row 2, a gap in result.json): rows 3 and 4 join it, and the fit's end returns it with
+ * rows 2 to 4 missing and only row 1 written. */
+static int reports_with_row_behind_failure(mt_context *c, void *arg)
+{
+    int *rc = arg, r0 = mt_world_rank(c) == 0;
+    for (int k = 1; k <= 4; k++) {
+        if (k == 2 && r0) {
+            mt__rows_settle(c, true); /* row 1 written: the next batch is row 2's */
+            mt__rows_test_hold(1);
+            setenv("MT_TEST_FAIL_AT", "row-write:0", 1);
+        }
+        if (k == 3 && r0 && !writer_at(2)) /* row 2 failed, not yet recorded: busy */
+            CU_FAIL("the row writer never reached its first hold point");
+        if (k == 4 && r0) {
+            mt__rows_test_hold(3);
+            if (!writer_at(4)) /* recorded, not busy; row 3 waits in the queue */
+                CU_FAIL("the row writer never reached its second hold point");
+        }
+        mt_metrics *m = mt_metrics_new();
+        mt_metrics_set_f64(m, "loss", 1.0 / k);
+        rc[k] = mt_report(c, m, NULL);
+        mt_metrics_free(&m);
+        if (k == 2)
+            unsetenv("MT_TEST_FAIL_AT");
+    }
+    if (r0)
+        mt__rows_test_hold(0);
+    return MT_OK;
+}
+
+static void test_row_failure_with_rows_behind(void)
+{
+    int rc[5] = {0};
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("row_behind"), reports_with_row_behind_failure,
+                                 rc, &res), MT_EIO);
+    MT_ASSERT_INT_EQ(rc[1] | rc[2] | rc[3], MT_OK);
+    MT_ASSERT_INT_EQ(rc[4], MT_OK); /* taking it here would let row 3 be written */
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), "(3 rows of iterations 2 to 4 not written)");
+    mt_result_free(&res);
+    if (R() == 0) {
+        char got[64];
+        row_iterations("row_behind", got, sizeof got);
+        MT_ASSERT_STR_EQ(got, "1 ");
+    }
+}
+
 /* The last report's row fails: the fit ends with that failure on every rank (rank 0's
  * code everywhere, as an attempt's failure is), the row missing and the others whole;
  * and with no writer thread (row-thread) every row is written by mt_report itself, a
@@ -1571,6 +1630,7 @@ static const mt_test tests[] = {
     {"async_without_thread", test_async_without_thread},
     {"async_on_some_ranks_only", test_async_on_some_ranks_only},
     {"row_failure_at_later_report", test_row_failure_at_later_report},
+    {"row_failure_with_rows_behind", test_row_failure_with_rows_behind},
     {"row_failure_at_fit_end", test_row_failure_at_fit_end},
     {"rows_arrive_in_order", test_rows_arrive_in_order},
     {NULL, NULL},
