@@ -165,14 +165,8 @@ static void launcher_name(pid_t pid, char *name, size_t len)
 {
     static const char *const ours[] = {"mpirun", "mpiexec", "orterun", "orted", "prterun",
                                        "prted"};
-    char path[64], comm[32] = "";
-    snprintf(path, sizeof path, "/proc/%ld/comm", (long)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, comm, sizeof comm - 1) : -1;
-    if (fd >= 0)
-        close(fd);
-    comm[n > 0 ? n : 0] = '\0';
-    comm[strcspn(comm, "\n")] = '\0';
+    char comm[32];
+    mt__process_name((int)pid, comm, sizeof comm);
     name[0] = '\0';
     for (size_t i = 0; pid > 1 && i < sizeof ours / sizeof *ours; i++)
         if (!strcmp(comm, ours[i]))

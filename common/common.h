@@ -30,6 +30,9 @@ int mt__verror(int code, const char *fmt, va_list ap);
 void mt__error_append(const char *fmt, ...) MT__PRINTF(1, 2);
 /* Replace the message verbatim. */
 void mt__error_set_text(const char *text);
+/* Two failures in one: the last error's text becomes first's, then "and <that text>" on
+ * a line of its own (first: a copy of an earlier error's text). */
+void mt__error_after(const char *first);
 void mt__error_clear(void);
 
 /* Requires a local `int rc` and a label; records the error and jumps. */
@@ -190,6 +193,8 @@ int mt__check_text(const char *field, const char *text, size_t max);
  * process for the life of the machine; a pid alone may be reused. */
 /* State letter and start time of process pid; -1 (errno set) when /proc cannot say. */
 int mt__process_stat(int pid, char *state, uint64_t *start);
+/* Process pid's command name (/proc/PID/comm, at most 15 bytes) in name; "" if unreadable. */
+void mt__process_name(int pid, char *name, size_t len);
 /* Process pid's start time, 0 if unreadable. */
 uint64_t mt__process_start(int pid);
 /* Process pid started at start has exited (a zombie counts) or its pid is another's. */

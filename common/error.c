@@ -95,6 +95,14 @@ void mt__error_set_text(const char *text)
     last_msg[sizeof last_msg - 1] = '\0';
 }
 
+void mt__error_after(const char *first)
+{
+    char second[MT__MSG_LEN];
+    snprintf(second, sizeof second, "%s", last_msg);
+    mt__error_set_text(first);
+    mt__error_append("and %s", second);
+}
+
 void mt__error_clear(void)
 {
     last_msg[0] = '\0';

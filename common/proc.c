@@ -42,6 +42,20 @@ int mt__process_stat(int pid, char *state, uint64_t *start)
     return 0;
 }
 
+void mt__process_name(int pid, char *name, size_t len)
+{
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/%d/comm", pid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(comm, sizeof comm, f))
+            comm[0] = '\0';
+        fclose(f);
+    }
+    comm[strcspn(comm, "\n")] = '\0';
+    snprintf(name, len, "%s", comm);
+}
+
 uint64_t mt__process_start(int pid)
 {
     char state;

@@ -462,10 +462,7 @@ int mt__rows_settle(mt_context *c, bool wait)
             char first[MT__MSG_LEN];
             snprintf(first, sizeof first, "%s", mt_last_error());
             take_failure(&q->failed);
-            char second[MT__MSG_LEN];
-            snprintf(second, sizeof second, "%s", mt_last_error());
-            mt__error_set_text(first);
-            mt__error_append("and %s", second);
+            mt__error_after(first);
         }
     }
     pthread_mutex_unlock(&q->mu);

@@ -74,11 +74,12 @@ static void make_map(mt__spread *s, const mt_metrics *m, uint64_t h)
     s->own_hash = h;
 }
 
-/* This rank's statistics: quads for the reduce, or (triples) the frame's payload. */
+/* This rank's statistics: quads for the reduce, or (triples) the frame's payload; with m
+ * NULL, every key absent. */
 static void fill(mt__spread *s, const mt_metrics *m, double *triples)
 {
     for (int k = 0; k < s->nkeys; k++) {
-        const mt__metric *e = s->map[k] >= 0 ? &m->e[s->map[k]] : NULL;
+        const mt__metric *e = m && s->map[k] >= 0 ? &m->e[s->map[k]] : NULL;
         double v = !e ? 0 : e->type == MT__METRIC_F64 ? e->f : (double)e->i;
         if (triples)
             mt__triple_fill(triples + 3 * k, e != NULL, v);
@@ -125,17 +126,10 @@ void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st)
     bool quads = (size_t)s->nkeys * 4 * sizeof(double) <= MT__AGREE_PAYLOAD;
     st->fold = s->valid && s->nkeys > 0 &&
                (size_t)s->nkeys * 3 * sizeof(double) <= sizeof st->triples;
-    double *trip = quads ? NULL : st->triples;
-    if (st->fold && !st->layout_len)
-        fill(s, m, trip);
-    else if (st->fold) /* rank 0's old map may not fit its new metrics: nothing is read, and
-                          the result is dropped (every rank learns that the layout changed) */
-        for (int k = 0; k < s->nkeys; k++) {
-            if (trip)
-                mt__triple_fill(trip + 3 * k, false, 0);
-            else
-                mt__stats_fill(s->quads + 4 * k, false, 0);
-        }
+    /* with rank 0's keys changed, its old map may not fit its new metrics: nothing is read,
+     * and the result is dropped (every rank learns that the layout changed) */
+    if (st->fold)
+        fill(s, st->layout_len ? NULL : m, quads ? NULL : st->triples);
     st->payload = (mt__payload){.kind = quads ? MT__PAY_STATS : MT__PAY_TRIPLES,
                                 .count = (size_t)s->nkeys,
                                 .buf = quads ? (void *)s->quads : (void *)st->triples};
@@ -145,7 +139,7 @@ void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st)
  * rank): quads are whole; of triples, false when some key's sum is not finite (a rank
  * lacked it, or the sum left the range), otherwise rank 0's quads made from them, every
  * rank counted. */
-static bool from_triples(mt_context *c, const mt__spread_step *st)
+static bool folded_whole(mt_context *c, const mt__spread_step *st)
 {
     mt__spread *s = &c->spread;
     if (st->payload.kind != MT__PAY_TRIPLES)
@@ -209,7 +203,7 @@ int mt__spread_finish(mt_context *c, const mt_metrics *m, mt__spread_step *st, i
         st->fold = false;
     } else if (!s->valid) /* cannot be: rank 0 sends a layout whenever it has none */
         return mt__error(MT_EINVAL, "report statistics: no key layout");
-    if (st->fold && !from_triples(c, st))
+    if (st->fold && !folded_whole(c, st))
         st->fold = false;
     if (!st->fold && s->nkeys > 0) {
         fill(s, m, NULL);

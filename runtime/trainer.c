@@ -446,12 +446,8 @@ static int run_attempt(const mt_trainer *t, fit_state *f)
     int rows_rc = mt__rows_settle(ctx, true);
     if (!fn_rc)
         fn_rc = rows_rc;
-    else if (rows_rc) { /* the function's error leads, the rows' follows */
-        char rows[MT__MSG_LEN];
-        snprintf(rows, sizeof rows, "%s", mt_last_error());
-        mt__error_set_text(kept);
-        mt__error_append("and %s", rows);
-    }
+    else if (rows_rc) /* the function's error leads, the rows' follows */
+        mt__error_after(kept);
     int rc = mt__agree_exit(ctx->comm, MT__CALL_FIT_END, fn_rc, &f->who);
     if (rc && f->who.rank >= 0)
         rc = f->who.code; /* the same code on every rank: the winning rank's */
