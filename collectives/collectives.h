@@ -8,6 +8,8 @@
 
 #include "../common/common.h"
 
+#include <math.h>
+
 /* Kinds of collective call, carried by the agreement so ranks in different calls notice. */
 #define MT__CALL_MAP(XX)                                                      \
     XX(FIT_BEGIN, "fit-begin")                                                \
@@ -46,6 +48,11 @@ bool mt__test_fail(const char *site, int rank);
 /* The same against a value of MT_TEST_FAIL_AT read once (NULL: unset), for a hot path
  * that checks several sites (a getenv costs about 150 ns under mpirun's environment). */
 bool mt__test_fail_in(const char *spec, const char *site, int rank);
+/* MT_TEST_FAIL_AT's value (NULL: unset). Read at each call only in a process that had it
+ * set when a site was first reached, or that called mt__test_arm (a test program setting
+ * it between calls); otherwise never read again. */
+const char *mt__test_sites(void);
+void mt__test_arm(void);
 /* Test only: the process kills itself (SIGKILL) when MT_TEST_FAIL_AT names this site for
  * this rank: a rank that dies at a chosen moment. */
 void mt__test_die(const char *site, int rank);
@@ -144,9 +151,23 @@ int mt__agree_carry(mt__comm *c, const mt__call *call, int status, mt__winner *w
  * the rank has the key as a number); the same for the frame's triples. */
 void mt__combine_reduce(const void *a, void *b, size_t n, int dtype, int op);
 void mt__combine_stats(const double *a, double *b, size_t keys);
-void mt__stats_fill(double *quad, bool present, double v);
 void mt__combine_triples(const double *a, double *b, size_t keys);
-void mt__triple_fill(double *triple, bool present, double v);
+/* (inline: every report fills one per key on every rank) */
+static inline void mt__stats_fill(double *quad, bool present, double v)
+{
+    bool ok = present && isfinite(v);
+    quad[0] = ok ? v : INFINITY;
+    quad[1] = ok ? v : -INFINITY;
+    quad[2] = ok ? v : 0;
+    quad[3] = ok ? 1 : 0;
+}
+static inline void mt__triple_fill(double *t, bool present, double v)
+{
+    bool ok = present && isfinite(v);
+    t[0] = ok ? v : INFINITY;
+    t[1] = ok ? v : -INFINITY;
+    t[2] = ok ? v : NAN;
+}
 /* Collective over c: the statistics' quads (keys of them) combined over ranks into rank
  * 0's quads (one MPI_Reduce; other ranks' quads are left as they were). Called only
  * after an OK agreement on the keys. */

@@ -87,15 +87,6 @@ void mt__combine_reduce(const void *in, void *inout, size_t n, int dtype, int op
     }
 }
 
-void mt__stats_fill(double *quad, bool present, double v)
-{
-    bool ok = present && isfinite(v);
-    quad[0] = ok ? v : INFINITY;
-    quad[1] = ok ? v : -INFINITY;
-    quad[2] = ok ? v : 0;
-    quad[3] = ok ? 1 : 0;
-}
-
 void mt__combine_stats(const double *in, double *inout, size_t keys)
 {
     for (size_t k = 0; k < keys; k++, in += 4, inout += 4) {
@@ -104,14 +95,6 @@ void mt__combine_stats(const double *in, double *inout, size_t keys)
         inout[2] += in[2];
         inout[3] += in[3];
     }
-}
-
-void mt__triple_fill(double *t, bool present, double v)
-{
-    bool ok = present && isfinite(v);
-    t[0] = ok ? v : INFINITY;
-    t[1] = ok ? v : -INFINITY;
-    t[2] = ok ? v : NAN;
 }
 
 void mt__combine_triples(const double *in, double *inout, size_t keys)

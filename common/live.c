@@ -7,11 +7,31 @@
  * up here first (by value: the memory behind it is never touched) and answer MT_EINVAL
  * with a message saying what went wrong. A set of pointers in an open-addressing table,
  * under one lock: a lookup is a hash and a probe or two, cheap next to any collective.
+ * Each thread also keeps the last handle it found, with its kind's generation (bumped
+ * whenever a handle of that kind is taken back or changes kind): the same context checked
+ * again at every report or collective is found without the lock (a lock and a lookup
+ * were about 15 ns of a 0.6 us report), and a shard's batches coming and going never
+ * make a context's check take it.
  */
 #include "common.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+
+enum { KINDS = 8 };
+static atomic_uint gen[KINDS]; /* per kind: bumped under lock when one is taken back */
+static _Thread_local struct {
+    const void *p;
+    int kind;
+    unsigned gen;
+} last;
+
+static void bump(int kind)
+{
+    if (kind > 0 && kind < KINDS)
+        atomic_fetch_add_explicit(&gen[kind], 1, memory_order_release);
+}
 
 typedef struct {
     const void *p;
@@ -91,6 +111,8 @@ void mt__live_add_reserved(const void *p, int kind)
     size_t i = find(p); /* the reservation keeps a free slot */
     if (!table[i].p)
         used++;
+    else if (table[i].kind != kind)
+        bump(table[i].kind);
     table[i] = (slot){p, kind};
     pthread_mutex_unlock(&lock);
 }
@@ -105,6 +127,8 @@ int mt__live_add(const void *p, int kind)
         size_t i = find(p);
         if (!table[i].p)
             used++;
+        else if (table[i].kind != kind)
+            bump(table[i].kind);
         table[i] = (slot){p, kind};
     }
     pthread_mutex_unlock(&lock);
@@ -117,6 +141,7 @@ void mt__live_remove(const void *p)
     if (cap && p) {
         size_t i = find(p);
         if (table[i].p) {
+            bump(table[i].kind);
             /* backward-shift deletion: later entries of the probe run move up */
             table[i].p = NULL;
             used--;
@@ -139,11 +164,20 @@ bool mt__live(const void *p, int kind)
 {
     if (!p)
         return false;
+    bool cached = kind > 0 && kind < KINDS;
+    if (cached && p == last.p && kind == last.kind &&
+        atomic_load_explicit(&gen[kind], memory_order_acquire) == last.gen)
+        return true;
     pthread_mutex_lock(&lock);
     bool ok = false;
     if (cap) {
         size_t i = find(p);
         ok = table[i].p == p && table[i].kind == kind;
+    }
+    if (ok && cached) {
+        last.p = p;
+        last.kind = kind;
+        last.gen = atomic_load_explicit(&gen[kind], memory_order_relaxed);
     }
     pthread_mutex_unlock(&lock);
     return ok;

@@ -10,17 +10,28 @@
 #include "runtime.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define KEY_MAX 255
 #define NONFINITE "nonfinite_metrics" /* below, at the JSON form */
 
+/* keys_id's source: each number is given once, to one metrics' key set */
+static atomic_uint_fast64_t last_keys_id;
+
+static void new_keys(mt_metrics *m)
+{
+    m->keys_id = atomic_fetch_add_explicit(&last_keys_id, 1, memory_order_relaxed) + 1;
+}
+
 mt_metrics *mt_metrics_new(void)
 {
     mt_metrics *m = calloc(1, sizeof *m);
     if (!m)
         mt__error(MT_ENOMEM, "out of memory creating metrics");
+    else
+        new_keys(m);
     return m;
 }
 
@@ -31,6 +42,7 @@ void mt__metrics_clear(mt_metrics *m)
         free(m->e[i].s);
     }
     m->n = 0;
+    new_keys(m);
 }
 
 void mt_metrics_free(mt_metrics **mp)
@@ -67,7 +79,9 @@ static int reserved_error(const char *key)
 
 int mt__metrics_check_user(const mt_metrics *m)
 {
-    for (int i = 0; m && i < m->n; i++)
+    if (!m || !m->reserved_seen) /* the public setters refuse reserved keys */
+        return MT_OK;
+    for (int i = 0; i < m->n; i++)
         if (mt__metrics_reserved(m->e[i].key))
             return reserved_error(m->e[i].key);
     return MT_OK;
@@ -127,7 +141,11 @@ static mt__metric *slot(mt_metrics *m, const char *key, bool user, int *rc)
         *rc = MT_ENOMEM;
         return NULL;
     }
+    e->klen = strlen(key);
     m->n++;
+    new_keys(m);
+    if (!user && mt__metrics_reserved(key))
+        m->reserved_seen = true;
     return e;
 }
 
@@ -145,7 +163,9 @@ int mt__metrics_put(mt_metrics *m, const char *key, int type, double f, int64_t 
         free(copy);
         return rc;
     }
-    *e = (mt__metric){.key = e->key, .type = type, .f = f, .i = i, .s = copy};
+    if (e->type && (e->type == MT__METRIC_STR) != (type == MT__METRIC_STR))
+        new_keys(m); /* a number became a string, or back: another key set */
+    *e = (mt__metric){.key = e->key, .klen = e->klen, .type = type, .f = f, .i = i, .s = copy};
     return MT_OK;
 }
 
@@ -248,7 +268,7 @@ size_t mt__metrics_encoded_len(const mt_metrics *m)
 {
     size_t n = 0;
     for (int i = 0; m && i < m->n; i++)
-        n += 3 + strlen(m->e[i].key) + (m->e[i].type == MT__METRIC_STR ? 4 + strlen(m->e[i].s) : 8);
+        n += 3 + m->e[i].klen + (m->e[i].type == MT__METRIC_STR ? 4 + strlen(m->e[i].s) : 8);
     return n;
 }
 
@@ -256,7 +276,7 @@ void mt__metrics_encode_to(const mt_metrics *m, char *p)
 {
     for (int i = 0; m && i < m->n; i++) {
         const mt__metric *e = &m->e[i];
-        uint16_t kl = (uint16_t)strlen(e->key);
+        uint16_t kl = (uint16_t)e->klen;
         *p++ = (char)e->type;
         memcpy(p, &kl, 2), p += 2;
         memcpy(p, e->key, kl), p += kl;
@@ -268,6 +288,17 @@ void mt__metrics_encode_to(const mt_metrics *m, char *p)
             memcpy(p, &e->f, 8), p += 8;
         else
             memcpy(p, &e->i, 8), p += 8;
+    }
+}
+
+void mt__metrics_encode_values(const mt_metrics *m, char *p)
+{
+    for (int i = 0; i < m->n; i++) {
+        const mt__metric *e = &m->e[i];
+        *p = (char)e->type; /* an integer may have become a float: the same key set */
+        p += 3 + e->klen;
+        memcpy(p, e->type == MT__METRIC_F64 ? (const void *)&e->f : (const void *)&e->i, 8);
+        p += 8;
     }
 }
 

@@ -26,6 +26,7 @@ typedef struct {
 enum { MT__METRIC_F64 = 1, MT__METRIC_I64, MT__METRIC_STR };
 typedef struct {
     char *key;
+    size_t klen; /* strlen(key) */
     int type;
     double f;
     int64_t i;
@@ -35,6 +36,11 @@ struct mt_metrics {
     mt__metric *e;
     int n;
     size_t cap;
+    bool reserved_seen; /* a reserved key was ever put (only the library can): until
+                           then mt__metrics_check_user has nothing to look for */
+    uint64_t keys_id;   /* a number no other key set of any metrics had: a new one at
+                           every change of the keys (a key added, the keys cleared, one
+                           turned from a number to a string or back); never 0 */
 };
 const mt__metric *mt__metrics_find(const mt_metrics *m, const char *key);
 /* Set a metric of `type`; user=false lets the library set the reserved automatic keys
@@ -50,6 +56,9 @@ int mt__metrics_encode(const mt_metrics *m, char **out, size_t *len);
 /* The encoding's length, and the encoding written to p (that many bytes). */
 size_t mt__metrics_encoded_len(const mt_metrics *m);
 void mt__metrics_encode_to(const mt_metrics *m, char *p);
+/* Only the values (and numeric types) of m into p, an encoding made by
+ * mt__metrics_encode_to when m had the same keys_id and no string metric. */
+void mt__metrics_encode_values(const mt_metrics *m, char *p);
 int mt__metrics_decode(mt_metrics *m, const char *b, size_t len);
 json_t *mt__metrics_to_json(const mt_metrics *m);
 /* The numbers and strings of a JSON object (a result.json row, run.json's metrics); keys
@@ -82,12 +91,12 @@ typedef struct {
     const char **key;      /* rank 0's numeric keys, in its order */
     int *map;              /* key k: its index in this rank's metrics, -1 when absent */
     double *quads;         /* {min, max, sum, n} per key */
-    uint64_t own_hash;     /* the hash of this rank's keys that map was made for */
+    char *seen;            /* this rank's keys that map was made for (spread.c) */
+    uint64_t seen_id;      /* the keys_id of the metrics last found to have them */
     char *block;           /* owns key, map, quads and the keys' text */
 } mt__spread;
 /* One report's part: what the opening agreement carries, and whether the result is in. */
 typedef struct {
-    uint64_t hash;         /* this rank's keys */
     int64_t layout_len;    /* rank 0, when its keys changed: the new layout's length */
     bool fold;             /* the statistics travel in the opening agreement */
     bool ready;            /* rank 0's quads hold every rank's statistics */
@@ -339,6 +348,8 @@ struct mt_context {
     int64_t iteration;             /* training_iteration of the last report */
     int64_t total_iterations;      /* announced by mt_set_total_iterations (at_end) */
     double start, last_report, time_before;
+    double wall_minus_mono, wall_read; /* report.c's timestamps: the wall clock's lead on
+                                          mt__now(), and when it was last read */
     bool stop;                     /* a stop was requested (agreed) */
     bool stopped_after_ckpt;
     mt_checkpoint *restored;       /* the checkpoint this attempt resumed from */

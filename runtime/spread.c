@@ -6,11 +6,14 @@
  *
  * The layout is rank 0's numeric keys, in its order. Every rank keeps the layout agreed
  * at the report where it last changed (the cache, as Horovod's response cache keeps a
- * negotiated response), and where its own metrics have each key (the map). At each
- * report every rank hashes its own keys (names, order and whether each is a number):
- *  - a rank whose hash differs from the one its map was made for makes its map again
- *    (local: the layout is unchanged, only where this rank finds each key moved);
- *  - when rank 0's hash differs, the layout itself changed: rank 0 says so in the
+ * negotiated response), and where its own metrics have each key (the map), with a copy
+ * of the keys that map was made for (names, order and whether each is a number). At each
+ * report every rank compares its own keys with that copy (a length and a memcmp a key: a
+ * hash of them, one mixing step a byte, cost 0.31 us of a 1.1 us report), or only the
+ * metrics' keys_id when they are the metrics it last found them in, the keys unchanged:
+ *  - a rank whose keys differ from the copy makes its map again (local: the layout is
+ *    unchanged, only where this rank finds each key moved);
+ *  - when rank 0's keys differ, the layout itself changed: rank 0 says so in the
  *    report's opening agreement (its length), and every rank, having learnt it there,
  *    receives the new layout from rank 0 (one broadcast) before any statistic moves.
  * So a change of keys on any rank is seen at the report it happens in, and a report
@@ -39,20 +42,54 @@
 void mt__spread_free(mt__spread *s)
 {
     free(s->block);
+    free(s->seen);
     memset(s, 0, sizeof *s);
 }
 
-/* The hash of a metrics object's keys: names, order and number-or-not. */
-static uint64_t keys_hash(const mt_metrics *m)
+/* Whether m's keys are the ones s->seen holds: per metric, its kind (1 a number, 2 a
+ * string), its name's length (2 bytes, as a key is at most 255) and its name, then a 0
+ * after the last. Never true without a copy. */
+static bool same_keys(mt__spread *s, const mt_metrics *m)
 {
-    uint64_t h = mt__sig_mix(0, m ? (uint64_t)m->n : 0);
+    const unsigned char *p = (const unsigned char *)s->seen;
+    if (!p)
+        return false;
+    if (m && m->keys_id == s->seen_id) /* the same metrics, its keys unchanged since */
+        return true;
     for (int i = 0; m && i < m->n; i++) {
-        h = mt__sig_mix(h, m->e[i].type == MT__METRIC_STR);
-        for (const unsigned char *p = (const unsigned char *)m->e[i].key; *p; p++)
-            h = mt__sig_mix(h, *p);
-        h = mt__sig_mix(h, 0x100);
+        const mt__metric *e = &m->e[i];
+        size_t l = (size_t)p[1] | (size_t)p[2] << 8;
+        if (p[0] != (e->type == MT__METRIC_STR ? 2 : 1) || l != e->klen ||
+            memcmp(p + 3, e->key, l))
+            return false;
+        p += 3 + l;
     }
-    return h;
+    if (*p)
+        return false;
+    s->seen_id = m ? m->keys_id : 0;
+    return true;
+}
+
+/* s->seen made for m; on no memory, none (every report then remakes the map, or on rank
+ * 0 sends the layout again: slower, never wrong). */
+static void keep_keys(mt__spread *s, const mt_metrics *m)
+{
+    size_t n = 1;
+    for (int i = 0; m && i < m->n; i++)
+        n += 3 + m->e[i].klen;
+    free(s->seen);
+    s->seen_id = m ? m->keys_id : 0;
+    unsigned char *p = (unsigned char *)(s->seen = malloc(n));
+    for (int i = 0; p && m && i < m->n; i++) {
+        const mt__metric *e = &m->e[i];
+        p[0] = e->type == MT__METRIC_STR ? 2 : 1;
+        p[1] = (unsigned char)(e->klen & 0xff);
+        p[2] = (unsigned char)(e->klen >> 8);
+        memcpy(p + 3, e->key, e->klen);
+        p += 3 + e->klen;
+    }
+    if (p)
+        *p = 0;
 }
 
 static bool numeric(const mt__metric *e)
@@ -61,7 +98,7 @@ static bool numeric(const mt__metric *e)
 }
 
 /* Where this rank's metrics have each key of the layout (-1: not as a number). */
-static void make_map(mt__spread *s, const mt_metrics *m, uint64_t h)
+static void make_map(mt__spread *s, const mt_metrics *m)
 {
     for (int k = 0; k < s->nkeys; k++) {
         s->map[k] = -1;
@@ -71,7 +108,7 @@ static void make_map(mt__spread *s, const mt_metrics *m, uint64_t h)
                 break;
             }
     }
-    s->own_hash = h;
+    keep_keys(s, m);
 }
 
 /* This rank's statistics: quads for the reduce, or (triples) the frame's payload; with m
@@ -113,15 +150,17 @@ static void layout_write(const mt_metrics *m, char *out)
 void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st)
 {
     mt__spread *s = &c->spread;
-    memset(st, 0, sizeof *st);
+    /* not the triples: read only once filled (256 bytes cleared at every report) */
+    st->layout_len = 0;
+    st->fold = st->ready = false;
+    st->payload = (mt__payload){0};
     if (c->world_size < 2)
         return;
-    st->hash = keys_hash(m);
-    bool changed = !s->valid || st->hash != s->own_hash;
+    bool changed = !s->valid || !same_keys(s, m);
     if (changed && c->world_rank == 0) /* rank 0's keys are the layout: a new one */
         st->layout_len = (int64_t)layout_len(m);
     else if (changed && s->valid) /* only where this rank finds the keys moved */
-        make_map(s, m, st->hash);
+        make_map(s, m);
     /* every rank has the same nkeys, so the same kind of payload */
     bool quads = (size_t)s->nkeys * 4 * sizeof(double) <= MT__AGREE_PAYLOAD;
     st->fold = s->valid && s->nkeys > 0 &&
@@ -157,7 +196,7 @@ static bool folded_whole(mt_context *c, const mt__spread_step *st)
 /* Every rank, after the opening agreement said rank 0's keys changed (len bytes of
  * layout): room for it agreed, rank 0's layout broadcast, the map made. On any failure
  * every rank's cache is dropped alike (the next report sends the layout again). */
-static int new_layout(mt_context *c, const mt_metrics *m, size_t len, uint64_t h)
+static int new_layout(mt_context *c, const mt_metrics *m, size_t len)
 {
     mt__spread *s = &c->spread;
     mt__spread_free(s);
@@ -187,7 +226,7 @@ static int new_layout(mt_context *c, const mt_metrics *m, size_t len, uint64_t h
     for (char *p = text; *p && s->nkeys < (int)most; p += strlen(p) + 1)
         s->key[s->nkeys++] = p;
     s->valid = true;
-    make_map(s, m, h);
+    make_map(s, m);
     return MT_OK;
 }
 
@@ -198,7 +237,7 @@ int mt__spread_finish(mt_context *c, const mt_metrics *m, mt__spread_step *st, i
         return MT_OK;
     int rc = MT_OK;
     if (len > 0) {
-        if ((rc = new_layout(c, m, (size_t)len, st->hash)))
+        if ((rc = new_layout(c, m, (size_t)len)))
             return rc;
         st->fold = false;
     } else if (!s->valid) /* cannot be: rank 0 sends a layout whenever it has none */

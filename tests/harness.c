@@ -181,6 +181,7 @@ int mt_test_main_with(int argc, char **argv, const char *suite, const mt_test *t
                       void (*before)(void), void (*after)(void))
 {
     double t_start = mt__now(), t_init = t_start;
+    mt__test_arm(); /* the tests set MT_TEST_FAIL_AT between calls */
     if (mpi) {
         int irc = mt_init(&argc, &argv);
         t_init = mt__now();

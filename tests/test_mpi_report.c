@@ -210,15 +210,22 @@ static void spread_metrics(int i, int r, mt_metrics *m)
     }
 }
 
+/* arg non-NULL: one metrics object for every report, cleared before each (its keys_id
+ * changes with its keys while its address stays), else a new one each report. */
 static int spread_body(mt_context *c, void *arg)
 {
     int rc = MT_OK;
+    mt_metrics *kept = arg ? mt_metrics_new() : NULL;
     for (int i = 0; i < SPREAD_REPORTS && !rc; i++) {
-        mt_metrics *m = mt_metrics_new();
+        mt_metrics *m = kept ? kept : mt_metrics_new();
+        if (kept)
+            mt__metrics_clear(m);
         spread_metrics(i, mt_world_rank(c), m);
         rc = mt_report(c, m, NULL);
-        mt_metrics_free(&m);
+        if (!kept)
+            mt_metrics_free(&m);
     }
+    mt_metrics_free(&kept);
     return rc;
 }
 
@@ -271,17 +278,81 @@ static void check_spread(json_t *row, int i)
 
 static void test_per_rank_statistics(void)
 {
-    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("spread"), spread_body, NULL, NULL), MT_OK);
+    for (int reuse = 0; reuse < 2; reuse++) {
+        const char *name = reuse ? "spread_reused" : "spread";
+        MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config(name), spread_body, reuse ? &reuse : NULL,
+                                     NULL), MT_OK);
+        if (R() != 0)
+            continue;
+        json_t *rows = rows_of(name);
+        MT_ASSERT_INT_EQ(json_array_size(rows), SPREAD_REPORTS);
+        for (int i = 0; i < SPREAD_REPORTS && i < (int)json_array_size(rows); i++)
+            check_spread(json_array_get(rows, (size_t)i), i);
+        /* rank 0's own row keeps its strings and its NaN as today */
+        json_t *r5 = json_array_get(rows, 5), *r8 = json_array_get(rows, 8);
+        MT_ASSERT_STR_EQ(json_string_value(json_object_get(r5, "loss")), "NaN");
+        MT_ASSERT_STR_EQ(json_string_value(json_object_get(r8, "phase")), "eval");
+        json_decref(rows);
+    }
+}
+
+/* One metrics object changed in place between reports, never cleared: a key added on
+ * every rank (report 2), rank 1's loss turned into a string (3) and back into a number
+ * (4), an integer turned into a float (5). Each change is a new key set, seen at the
+ * report it happens in, on the rank that made it; the rows' values follow. */
+static int in_place_body(mt_context *c, void *arg)
+{
+    int r = mt_world_rank(c), rc = MT_OK;
+    mt_metrics *m = mt_metrics_new();
+    for (int i = 1; i <= 5 && !rc; i++) {
+        mt_metrics_set_f64(m, "loss", 1.0 + r + i);
+        if (i >= 2)
+            mt_metrics_set_f64(m, "acc", 0.5 * r);
+        if (i == 3 && r == 1)
+            mt_metrics_set_str(m, "loss", "n/a");
+        if (i == 5)
+            mt_metrics_set_f64(m, "acc", 0.25 + r);
+        else if (i >= 2)
+            mt_metrics_set_i64(m, "acc", r);
+        rc = mt_report(c, m, NULL);
+    }
+    mt_metrics_free(&m);
+    return rc;
+}
+
+static void test_per_rank_statistics_in_place(void)
+{
+    MT_ASSERT_INT_EQ(mt_test_fit(mt_test_config("spread_in_place"), in_place_body, NULL, NULL),
+                     MT_OK);
     if (R() != 0)
         return;
-    json_t *rows = rows_of("spread");
-    MT_ASSERT_INT_EQ(json_array_size(rows), SPREAD_REPORTS);
-    for (int i = 0; i < SPREAD_REPORTS && i < (int)json_array_size(rows); i++)
-        check_spread(json_array_get(rows, (size_t)i), i);
-    /* rank 0's own row keeps its strings and its NaN as today */
-    json_t *r5 = json_array_get(rows, 5), *r8 = json_array_get(rows, 8);
-    MT_ASSERT_STR_EQ(json_string_value(json_object_get(r5, "loss")), "NaN");
-    MT_ASSERT_STR_EQ(json_string_value(json_object_get(r8, "phase")), "eval");
+    json_t *rows = rows_of("spread_in_place");
+    MT_ASSERT_INT_EQ(json_array_size(rows), 5);
+    int n = P();
+    for (int i = 1; i <= 5 && i <= (int)json_array_size(rows); i++) {
+        json_t *spread = json_object_get(json_array_get(rows, (size_t)i - 1), "per_rank");
+        if (n == 1) {
+            CU_ASSERT_PTR_NULL(spread);
+            continue;
+        }
+        json_t *loss = json_object_get(spread, "loss"), *acc = json_object_get(spread, "acc");
+        int loss_ranks = i == 3 ? n - 1 : n;
+        double sum = 0;
+        for (int r = 0; r < n; r++)
+            sum += i == 3 && r == 1 ? 0 : 1.0 + r + i;
+        MT_ASSERT_INT_EQ(json_integer_value(json_object_get(loss, "ranks")), loss_ranks);
+        CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(loss, "mean")),
+                               sum / loss_ranks, 1e-9);
+        CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(loss, "max")),
+                               i == 3 && n == 2 ? 1.0 + i : n + i, 1e-9);
+        if (i == 1) {
+            CU_ASSERT_PTR_NULL(acc);
+            continue;
+        }
+        MT_ASSERT_INT_EQ(json_integer_value(json_object_get(acc, "ranks")), n);
+        CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(acc, "max")),
+                               i == 5 ? 0.25 + (n - 1) : n - 1, 1e-9);
+    }
     json_decref(rows);
 }
 
@@ -1617,6 +1688,7 @@ static const mt_test tests[] = {
     {"frequency_and_preemption", test_frequency_and_preemption},
     {"async_preemption", test_async_preemption},
     {"metrics_getters_reject_null", test_metrics_getters_reject_null},
+    {"per_rank_statistics_in_place", test_per_rank_statistics_in_place},
     {"reserved_keys_refused", test_reserved_keys_refused},
     {"reserved_key_in_report", test_reserved_key_in_report},
     {"csv_quoting", test_csv_quoting},

@@ -871,6 +871,31 @@ static void test_sizes_that_overflow(void)
 
 /* mt__grow (MT__GROW): capacity doubles (from 8) and the contents stay; a size that
  * overflows is MT_ENOMEM with the array and its capacity unchanged. */
+/* The live-handle table and each thread's last hit: a handle taken back, or recorded
+ * again as another kind, is no longer found as it was, even right after a hit. */
+static void test_live_handles(void)
+{
+    static char a, b;
+    CU_ASSERT(!mt__live(&a, MT__LIVE_CONTEXT));
+    MT_ASSERT_INT_EQ(mt__live_add(&a, MT__LIVE_CONTEXT), MT_OK);
+    MT_ASSERT_INT_EQ(mt__live_add(&b, MT__LIVE_BATCH), MT_OK);
+    CU_ASSERT(mt__live(&a, MT__LIVE_CONTEXT));
+    CU_ASSERT(mt__live(&a, MT__LIVE_CONTEXT)); /* the thread's last hit */
+    CU_ASSERT(!mt__live(&a, MT__LIVE_SHARD));
+    mt__live_remove(&b); /* another kind taken back: a is still found */
+    CU_ASSERT(mt__live(&a, MT__LIVE_CONTEXT));
+    CU_ASSERT(!mt__live(&b, MT__LIVE_BATCH));
+    mt__live_remove(&a);
+    CU_ASSERT(!mt__live(&a, MT__LIVE_CONTEXT));
+    MT_ASSERT_INT_EQ(mt__live_add(&a, MT__LIVE_CONTEXT), MT_OK);
+    CU_ASSERT(mt__live(&a, MT__LIVE_CONTEXT));
+    MT_ASSERT_INT_EQ(mt__live_add(&a, MT__LIVE_CHECKPOINT), MT_OK); /* the kind changed */
+    CU_ASSERT(!mt__live(&a, MT__LIVE_CONTEXT));
+    CU_ASSERT(mt__live(&a, MT__LIVE_CHECKPOINT));
+    mt__live_remove(&a);
+    CU_ASSERT(!mt__live(&a, MT__LIVE_CHECKPOINT));
+}
+
 static void test_growable_array(void)
 {
     int *a = NULL;
@@ -1253,6 +1278,7 @@ static const mt_test tests[] = {
     {"names_from_users", test_names_from_users},
     {"sizes_that_overflow", test_sizes_that_overflow},
     {"growable_array", test_growable_array},
+    {"live_handles", test_live_handles},
     {"stale_shm", test_stale_shm},
     {"calls_after_finalize", test_calls_after_finalize}, /* last: MPI is gone after it */
     {NULL, NULL},
