@@ -167,6 +167,37 @@ void mt__row_print(const mt_metrics *m, int64_t iteration, const char *ckname)
     fflush(stdout);
 }
 
+/* A row made of m (owned: freed, or kept in *kept once written, the automatic keys
+ * added), unless rc already failed: the statistics (nkeys quads over keys), the
+ * automatic values, appended to result.json (fail: a write failure injected by a test)
+ * and printed. By the writer thread and, without one, by mt_report. */
+static int finish_row(mt__rundir *run, mt_metrics *m, int rc, const char *const *keys,
+                      const double *quads, int nkeys, const mt__row_auto *a, bool fail,
+                      int verbose, mt_metrics **kept)
+{
+    json_t *j = rc ? NULL : mt__metrics_to_json(m);
+    if (!rc && !j)
+        rc = mt__error(MT_ENOMEM, "out of memory building a report");
+    if (!rc && nkeys > 0)
+        rc = mt__spread_put(j, keys, quads, nkeys, verbose);
+    if (!rc)
+        rc = mt__row_add_auto(m, j, a, NULL);
+    if (!rc && fail)
+        rc = mt__error(MT_EIO, "%s/result.json: write failed: injected by MT_TEST_FAIL_AT",
+                       run->dir);
+    if (!rc)
+        rc = mt__run_append(run, j);
+    if (verbose >= 1 && m)
+        mt__row_print(m, a->iteration, NULL);
+    json_decref(j);
+    if (!rc) {
+        mt_metrics_free(kept);
+        *kept = m;
+    } else
+        mt_metrics_free(&m);
+    return rc;
+}
+
 /* The thread: one queued row built, written and printed; *kept the row's metrics (the
  * automatic keys too) when it was written. */
 static int write_row(struct mt__rowlog *q, const row *r, mt_metrics **kept)
@@ -175,37 +206,20 @@ static int write_row(struct mt__rowlog *q, const row *r, mt_metrics **kept)
     mt_metrics *m = mt_metrics_new();
     int rc = m ? mt__metrics_decode(m, (const char *)(r->data + 4 * r->nkeys), r->enc_len)
                : mt__error(MT_ENOMEM, "out of memory building a report");
-    json_t *j = rc ? NULL : mt__metrics_to_json(m);
-    if (!rc && !j)
-        rc = mt__error(MT_ENOMEM, "out of memory building a report");
+    const char **keys = NULL;
+    int k = 0;
     if (!rc && r->nkeys > 0) {
         /* the statistics' layout is rank 0's numeric keys in its order (spread.c) */
-        const char **keys = malloc((size_t)r->nkeys * sizeof *keys);
-        int k = 0;
+        keys = malloc((size_t)r->nkeys * sizeof *keys);
         for (int i = 0; keys && i < m->n && k < r->nkeys; i++)
             if (m->e[i].type != MT__METRIC_STR)
                 keys[k++] = m->e[i].key;
         if (!keys)
             rc = mt__error(MT_ENOMEM, "out of memory building a report");
-        else if (k == r->nkeys)
-            rc = mt__spread_put(j, keys, r->data, r->nkeys, q->verbose);
-        free(keys);
     }
-    if (!rc)
-        rc = mt__row_add_auto(m, j, &r->a, NULL);
-    if (!rc && r->fail)
-        rc = mt__error(MT_EIO, "%s/result.json: write failed: injected by MT_TEST_FAIL_AT",
-                       q->run->dir);
-    if (!rc)
-        rc = mt__run_append(q->run, j);
-    if (q->verbose >= 1 && m)
-        mt__row_print(m, r->a.iteration, NULL);
-    json_decref(j);
-    if (!rc) {
-        mt_metrics_free(kept);
-        *kept = m;
-    } else
-        mt_metrics_free(&m);
+    rc = finish_row(q->run, m, rc, keys, r->data, k == r->nkeys ? k : 0, &r->a, r->fail,
+                    q->verbose, kept);
+    free(keys);
     return rc;
 }
 
@@ -343,26 +357,10 @@ static int write_now(mt_context *c, const mt_metrics *m, const mt__row_auto *a,
                      const double *quads, int nkeys)
 {
     mt_metrics *row_m = mt_metrics_new();
-    json_t *j = row_m && !mt__metrics_copy(row_m, m) ? mt__metrics_to_json(row_m) : NULL;
-    int rc = j ? MT_OK : mt__error(MT_ENOMEM, "out of memory building a report");
-    if (!rc && nkeys > 0)
-        rc = mt__spread_put(j, c->spread.key, quads, nkeys, c->verbose);
-    if (!rc)
-        rc = mt__row_add_auto(row_m, j, a, NULL);
-    if (!rc && mt__test_fail("row-write", 0))
-        rc = mt__error(MT_EIO, "%s/result.json: write failed: injected by MT_TEST_FAIL_AT",
-                       c->run->dir);
-    if (!rc)
-        rc = mt__run_append(c->run, j);
-    if (row_m && c->verbose >= 1)
-        mt__row_print(row_m, a->iteration, NULL);
-    json_decref(j);
-    if (!rc) {
-        mt_metrics_free(&c->last_metrics);
-        c->last_metrics = row_m;
-    } else
-        mt_metrics_free(&row_m);
-    return rc;
+    int rc = row_m && !mt__metrics_copy(row_m, m)
+                 ? MT_OK : mt__error(MT_ENOMEM, "out of memory building a report");
+    return finish_row(c->run, row_m, rc, c->spread.key, quads, nkeys, a,
+                      mt__test_fail("row-write", 0), c->verbose, &c->last_metrics);
 }
 
 /* The numeric keys of m: the statistics' layout when rank 0's keys are agreed. */

@@ -58,9 +58,10 @@ static bool same_keys(mt__spread *s, const mt_metrics *m)
         return true;
     for (int i = 0; m && i < m->n; i++) {
         const mt__metric *e = &m->e[i];
+        if (p[0] != (e->type == MT__METRIC_STR ? 2 : 1)) /* the copy's end (0) included */
+            return false;
         size_t l = (size_t)p[1] | (size_t)p[2] << 8;
-        if (p[0] != (e->type == MT__METRIC_STR ? 2 : 1) || l != e->klen ||
-            memcmp(p + 3, e->key, l))
+        if (l != e->klen || memcmp(p + 3, e->key, l))
             return false;
         p += 3 + l;
     }
