@@ -93,22 +93,14 @@ struct mt__rowlog {
     mt_metrics *last;       /* the last row written, with the automatic keys */
     /* rows written, given back for the next reports (a malloc on the training thread of
      * memory the writer thread freed took about 50 ns of a 0.6 us report): spare under mu,
-     * at most SPARE_MAX; mine the training thread's alone, taken from spare */
-    row *spare, *mine;
-    int nspare;
+     * mine the training thread's alone, taken from spare. Arrays, not lists: the writer
+     * only reads a row, so the training thread finds its lines still in its own cache */
+    row *spare[SPARE_MAX], *mine[SPARE_MAX];
+    int nspare, nmine;
     /* failed holds a failure (set under mu): a report that waits for nothing takes mu
      * only then */
     atomic_bool has_failed;
 };
-
-static void free_rows(row *r)
-{
-    while (r) {
-        row *next = r->next;
-        free(r);
-        r = next;
-    }
-}
 
 /* The first failure kept (its code and text), every row it left out counted: the
  * failed one (rc), and each one after it (rc MT_OK), so that result.json stays the rows of
@@ -246,7 +238,7 @@ static void *writer(void *arg)
         pthread_mutex_unlock(&q->mu);
         mt_metrics *kept = NULL;
         mt__row_failure failed = {0};
-        row *back = NULL, *drop = NULL;
+        row *back[SPARE_MAX];
         int nback = 0;
         while (list) {
             row *r = list;
@@ -258,21 +250,16 @@ static void *writer(void *arg)
                 if (rc)
                     note(&failed, rc, mt_last_error(), r->a.iteration);
             }
-            row **to = nback < SPARE_MAX ? &back : &drop;
-            nback += to == &back;
-            r->next = *to;
-            *to = r;
+            if (nback < SPARE_MAX)
+                back[nback++] = r;
+            else
+                free(r);
         }
-        free_rows(drop);
         test_point(1, 2);
         pthread_mutex_lock(&q->mu);
-        while (back && q->nspare < SPARE_MAX) {
-            row *r = back;
-            back = r->next;
-            r->next = q->spare;
-            q->spare = r;
-            q->nspare++;
-        }
+        int kept_back = 0;
+        while (kept_back < nback && q->nspare < SPARE_MAX)
+            q->spare[q->nspare++] = back[kept_back++];
         if (kept) {
             mt_metrics_free(&q->last);
             q->last = kept;
@@ -284,8 +271,9 @@ static void *writer(void *arg)
             q->failed.last = failed.last;
             q->failed.missing += failed.missing;
         }
-        free_rows(back); /* what spare had no room for (rare: it is refilled only as
-                            reports take from it) */
+        while (kept_back < nback) /* what spare had no room for (rare: it is refilled only
+                                     as reports take from it) */
+            free(back[kept_back++]);
         q->busy = false;
         pthread_cond_broadcast(&q->done);
         if (atomic_load_explicit(&test_hold, memory_order_relaxed) == 3) {
@@ -387,12 +375,12 @@ int mt__rows_reserve(mt_context *c, const mt_metrics *m, mt__row_slot *slot)
         return MT_OK; /* written by mt__rows_queue itself */
     const char *sites = mt__test_sites(); /* read once for both */
     struct mt__rowlog *q = run->rows;
-    row *r = q->mine;
+    row *r = q->nmine ? q->mine[q->nmine - 1] : NULL;
     if (r && m && r->plain && r->keys_id == m->keys_id &&
         r->nkeys == (c->world_size > 1 ? m->n : 0) && !mt__test_fail_in(sites, "row-queue", 0)) {
         /* a row given back that was made for these metrics with these keys, numbers only:
          * its encoding's layout stands, only the values are written */
-        q->mine = r->next;
+        q->nmine--;
         r->next = NULL;
         r->fail = mt__test_fail_in(sites, "row-write", 0);
         mt__metrics_encode_values(m, (char *)(r->data + 4 * r->nkeys));
@@ -402,7 +390,7 @@ int mt__rows_reserve(mt_context *c, const mt_metrics *m, mt__row_slot *slot)
     int nkeys = c->world_size > 1 ? numeric_keys(m) : 0;
     size_t enc = mt__metrics_encoded_len(m), quad_bytes = (size_t)nkeys * 4 * sizeof(double);
     if (r) { /* a row given back: used when big enough, else freed */
-        q->mine = r->next;
+        q->nmine--;
         if (r->cap < quad_bytes + enc) {
             free(r);
             r = NULL;
@@ -466,9 +454,9 @@ void mt__rows_queue(mt_context *c, mt__row_slot *slot, const mt_metrics *m,
         q->head = r;
     q->tail = r;
     q->queued++;
-    if (!q->mine) { /* the rows written since: the next reports' */
-        q->mine = q->spare;
-        q->spare = NULL;
+    if (!q->nmine) { /* the rows written since: the next reports' */
+        memcpy(q->mine, q->spare, (size_t)q->nspare * sizeof *q->mine);
+        q->nmine = q->nspare;
         q->nspare = 0;
     }
     bool asleep = q->idle;
@@ -547,8 +535,10 @@ void mt__rows_stop(mt__rundir *run)
     if (q->failed.code) /* cannot be: every attempt settles before its logs close */
         fprintf(stderr, "mpitrain: %s (found as the run's logs closed)\n", q->failed.msg);
     mt_metrics_free(&q->last);
-    free_rows(q->spare);
-    free_rows(q->mine);
+    for (int i = 0; i < q->nspare; i++)
+        free(q->spare[i]);
+    for (int i = 0; i < q->nmine; i++)
+        free(q->mine[i]);
     pthread_cond_destroy(&q->done);
     pthread_cond_destroy(&q->wake);
     pthread_mutex_destroy(&q->mu);
