@@ -3,7 +3,7 @@
  *
  * mt__watch_enter/leave bracket the wait inside every agreement, and mt__watch_data/leave
  * the data movement that follows one (a rank stopped after the agreement leaves its peers
- * waiting there); they only store to this rank's state, under a mutex held for the copy.
+ * waiting there); they only store to this rank's state (a sequence lock: position.c).
  */
 #ifndef MT_POSITION_H
 #define MT_POSITION_H
