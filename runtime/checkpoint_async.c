@@ -160,7 +160,10 @@ static void staged(mt__ck_stage *s, int failed)
         snprintf(s->why, sizeof s->why, "%s", mt_last_error());
     }
     s->staged++;
-    pthread_cond_broadcast(&s->cv);
+    /* a thread waiting for the whole part is woken once, when it is in (a wake at every
+     * piece is a context switch taken from the copy the training waits for) */
+    if (!s->whole || s->staged == s->n || failed)
+        pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -387,6 +390,17 @@ int mt__ck_async_start(mt_context *c, mt__ck_job *job, const mt__ck_building *ck
     a->job.snapshot = true;
     a->done = false;
     a->status = MT_OK;
+    int pieces;
+    size_t total, largest;
+    /* a part that fits whole is staged before the thread starts: the thread's first steps
+     * (rank 0 creates the file) would otherwise take CPU from the copy the training waits
+     * for, on the same core when the rank is bound to one (mpirun's default at 2 ranks;
+     * the thread inherits the binding) */
+    bool first = a->stage.whole;
+    if (first) {
+        MT__TRACE("checkpoint", "staging");
+        walk(ck, job->fdesc, c->world_rank, &a->stage, &pieces, &total, &largest);
+    }
     sigset_t block, old;
     sigemptyset(&block);
     sigaddset(&block, SIGTERM);
@@ -409,9 +423,7 @@ int mt__ck_async_start(mt_context *c, mt__ck_job *job, const mt__ck_building *ck
         a->done = true; /* settled like a thread that ended */
         return MT_OK;
     }
-    int pieces;
-    size_t total, largest;
-    {
+    if (!first) { /* a ring: the thread takes the pieces as they come */
         MT__TRACE("checkpoint", "staging");
         walk(ck, job->fdesc, c->world_rank, &a->stage, &pieces, &total, &largest);
     }
