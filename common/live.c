@@ -20,11 +20,11 @@
 #include <stdlib.h>
 
 enum { KINDS = 8 };
-static atomic_uint gen[KINDS]; /* per kind: bumped under lock when one is taken back */
+static atomic_uint_fast64_t gen[KINDS]; /* per kind: bumped under lock when one is taken back */
 static _Thread_local struct {
     const void *p;
     int kind;
-    unsigned gen;
+    uint64_t gen;
 } last;
 
 static void bump(int kind)

@@ -140,9 +140,11 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
     int64_t shared[2] = {mt__stop_signalled(), st.layout_len}; /* stop request, rank 0's keys */
     mt__call call;
     mt__call_init(&call, MT__CALL_REPORT, 0, ck != NULL, 0);
-    /* rank 0's clocks for its row, read before the agreement: with ranks that start the
-     * report together, rank 0 (more to do before it) still waits there for the others */
-    bool row_now = !ck && c->world_rank == 0;
+    /* rank 0's clocks for its row, read before the agreement at every report (so each
+     * time_this_iter_s spans one report's start to the next's): with ranks that start the
+     * report together, rank 0 (more to do before it) still waits there for the others.
+     * The other ranks keep no row: their clock is read after it. */
+    bool row_now = c->world_rank == 0;
     double now = row_now ? mt__now() : 0;
     mt__row_auto a = row_now ? auto_values(c, c->iteration + 1, now) : (mt__row_auto){0};
     int rc = mt__agree_carry(c->comm, &call, status, NULL, shared, 2,
@@ -169,7 +171,6 @@ int mt_report(mt_context *c, const mt_metrics *m, const mt_checkpoint *ck)
         counted(c, iteration, now);
         return MT_OK;
     }
-    a = auto_values(c, iteration, now);
     mt_metrics *row = c->world_rank == 0 ? mt_metrics_new() : NULL;
     json_t *j = row ? build_row(c, m, &st, row) : NULL;
     if (c->world_rank == 0 && (!row || !j))

@@ -39,7 +39,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { BATCH_NS = 2000000, QUEUE_MAX = 1024, SPARE_MAX = 64 };
+enum { BATCH_NS = 2000000, QUEUE_MAX = 1024, SPARE_MAX = 32 }; /* rows kept: 2 x SPARE_MAX */
 
 /* mt__rows_test_hold's point (0: none). */
 static atomic_int test_hold;
@@ -389,9 +389,10 @@ int mt__rows_reserve(mt_context *c, const mt_metrics *m, mt__row_slot *slot)
     }
     int nkeys = c->world_size > 1 ? numeric_keys(m) : 0;
     size_t enc = mt__metrics_encoded_len(m), quad_bytes = (size_t)nkeys * 4 * sizeof(double);
-    if (r) { /* a row given back: used when big enough, else freed */
+    if (r) { /* a row given back: used when big enough and not far bigger, else freed */
         q->nmine--;
-        if (r->cap < quad_bytes + enc) {
+        size_t need = quad_bytes + enc;
+        if (r->cap < need || r->cap > 4 * need + 4096) {
             free(r);
             r = NULL;
         }

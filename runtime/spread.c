@@ -151,7 +151,7 @@ static void layout_write(const mt_metrics *m, char *out)
 void mt__spread_open(mt_context *c, const mt_metrics *m, mt__spread_step *st)
 {
     mt__spread *s = &c->spread;
-    /* not the triples: read only once filled (256 bytes cleared at every report) */
+    /* not the triples: read only once filled (192 bytes cleared at every report) */
     st->layout_len = 0;
     st->fold = st->ready = false;
     st->payload = (mt__payload){0};
