@@ -296,15 +296,22 @@ static void test_per_rank_statistics(void)
     }
 }
 
-/* One metrics object changed in place between reports, never cleared: a key added on
- * every rank (report 2), rank 1's loss turned into a string (3) and back into a number
- * (4), an integer turned into a float (5). Each change is a new key set, seen at the
- * report it happens in, on the rank that made it; the rows' values follow. */
+/* One metrics object changed in place between reports: a key added on every rank
+ * (report 2), rank 1's loss turned into a string (3) and back into a number (4), an
+ * integer turned into a float (5), rank 1's keys cleared (6). Each change is a new key
+ * set, seen at the report it happens in, on the rank that made it; the rows' values
+ * follow. */
 static int in_place_body(mt_context *c, void *arg)
 {
     int r = mt_world_rank(c), rc = MT_OK;
     mt_metrics *m = mt_metrics_new();
-    for (int i = 1; i <= 5 && !rc; i++) {
+    for (int i = 1; i <= 6 && !rc; i++) {
+        if (i == 6) { /* the others report what they did at 5 */
+            if (r == 1)
+                mt__metrics_clear(m);
+            rc = mt_report(c, m, NULL);
+            break;
+        }
         mt_metrics_set_f64(m, "loss", 1.0 + r + i);
         if (i >= 2)
             mt_metrics_set_f64(m, "acc", 0.5 * r);
@@ -327,8 +334,15 @@ static void test_per_rank_statistics_in_place(void)
     if (R() != 0)
         return;
     json_t *rows = rows_of("spread_in_place");
-    MT_ASSERT_INT_EQ(json_array_size(rows), 5);
+    MT_ASSERT_INT_EQ(json_array_size(rows), 6);
     int n = P();
+    if (n > 1 && json_array_size(rows) == 6) { /* rank 1 cleared: counted for no key */
+        json_t *spread = json_object_get(json_array_get(rows, 5), "per_rank");
+        MT_ASSERT_INT_EQ(json_integer_value(json_object_get(json_object_get(spread, "loss"),
+                                                            "ranks")), n - 1);
+        MT_ASSERT_INT_EQ(json_integer_value(json_object_get(json_object_get(spread, "acc"),
+                                                            "ranks")), n - 1);
+    }
     for (int i = 1; i <= 5 && i <= (int)json_array_size(rows); i++) {
         json_t *spread = json_object_get(json_array_get(rows, (size_t)i - 1), "per_rank");
         if (n == 1) {
