@@ -7,9 +7,11 @@
  *
  * Every rule here is commutative and gives the same bits whichever side a value comes
  * from, so every rank of an allreduce ends with the same result: integer sums wrap (as
- * MPI_SUM does in practice, without C's signed overflow), and a NaN on either side of a
+ * MPI_SUM does in practice, without C's signed overflow), a NaN on either side of a
  * floating-point minimum or maximum wins (a comparison alone would keep whichever side
- * the NaN was not on, and two ranks could end with different answers).
+ * the NaN was not on, and two ranks could end with different answers), the minimum of
+ * -0 and +0 is -0 and their maximum +0, and a floating-point sum that is NaN is the one
+ * NaN of NAN.
  *
  * Statistics are quads of doubles {min, max, sum, n} per key; a rank whose value is
  * absent or not finite contributes {+inf, -inf, 0, 0}, so the quads of the ranks that
@@ -31,19 +33,30 @@
         if ((a)[i] op (b)[i])                                                  \
             (b)[i] = (a)[i];
 
+/* Of x == y (only -0 and +0 differ then), the minimum is the one with the sign bit, the
+ * maximum the one without, whichever side each came from (as IEEE 754-2019's minimum and
+ * maximum); a comparison alone would keep y, so ranks holding -0 and +0 on opposite sides
+ * would end with different bits. */
 #define FMINMAX(T, a, b, op)                                                   \
     for (size_t i = 0; i < n; i++) {                                           \
         T x = (a)[i], y = (b)[i];                                              \
-        (b)[i] = isnan(x) || isnan(y) ? (T)NAN : x op y ? x : y;               \
+        (b)[i] = isnan(x) || isnan(y) ? (T)NAN                                 \
+                 : x == y             ? ((signbit(x) != 0) == (0 op 1) ? x : y)     \
+                 : x op y             ? x : y;                                 \
     }
 
 #define SUM(T, U, a, b)                                                        \
     for (size_t i = 0; i < n; i++)                                             \
         (b)[i] = (T)((U)(b)[i] + (U)(a)[i]);
 
+/* a NaN sum is the one NaN of NAN: of two NaNs, the processor keeps the first operand's
+ * sign and payload, which is each rank's own */
 #define FSUM(a, b)                                                             \
-    for (size_t i = 0; i < n; i++)                                             \
-        (b)[i] += (a)[i];
+    for (size_t i = 0; i < n; i++) {                                           \
+        (b)[i] += (a)[i];                                                      \
+        if (isnan((b)[i]))                                                     \
+            (b)[i] = NAN;                                                      \
+    }
 
 void mt__combine_reduce(const void *in, void *inout, size_t n, int dtype, int op)
 {
@@ -87,11 +100,23 @@ void mt__combine_reduce(const void *in, void *inout, size_t n, int dtype, int op
     }
 }
 
+/* The statistics' minimum and maximum of two values that are never NaN (a value not finite
+ * is absent), -0 below +0 whichever side each came from (see FMINMAX). */
+static double lower(double a, double b)
+{
+    return a < b || (a == b && signbit(a)) ? a : b;
+}
+
+static double higher(double a, double b)
+{
+    return a > b || (a == b && !signbit(a)) ? a : b;
+}
+
 void mt__combine_stats(const double *in, double *inout, size_t keys)
 {
     for (size_t k = 0; k < keys; k++, in += 4, inout += 4) {
-        inout[0] = in[0] < inout[0] ? in[0] : inout[0];
-        inout[1] = in[1] > inout[1] ? in[1] : inout[1];
+        inout[0] = lower(in[0], inout[0]);
+        inout[1] = higher(in[1], inout[1]);
         inout[2] += in[2];
         inout[3] += in[3];
     }
@@ -100,8 +125,8 @@ void mt__combine_stats(const double *in, double *inout, size_t keys)
 void mt__combine_triples(const double *in, double *inout, size_t keys)
 {
     for (size_t k = 0; k < keys; k++, in += 3, inout += 3) {
-        inout[0] = in[0] < inout[0] ? in[0] : inout[0];
-        inout[1] = in[1] > inout[1] ? in[1] : inout[1];
+        inout[0] = lower(in[0], inout[0]);
+        inout[1] = higher(in[1], inout[1]);
         double s = in[2] + inout[2]; /* commutative to the bit; a NaN made one NaN */
         inout[2] = isnan(s) ? NAN : s;
     }

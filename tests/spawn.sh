@@ -109,11 +109,13 @@ done
     [ -n "$left" ] && kill -9 $left 2>/dev/null
 done
 # a rank stopped in mt_finalize once every rank is there: 76 at the stall timeout; a
-# stopped parent is killed by the rank that ends the job
+# stopped parent is killed by the rank that ends the job. The stall timeout is also the
+# spawned ranks' time to join: 12 s, as 8 s was once too short for 2 spawned ranks to
+# start on a loaded 2-core machine ("1 of them had reached mt_init")
 [ -n "$full" ] && for victim in 1 0; do
-    run_dying 3 stop-finalize:$victim stopped-finalize-$victim --stall-warn 2 --stall-timeout 8
+    run_dying 3 stop-finalize:$victim stopped-finalize-$victim --stall-warn 2 --stall-timeout 12
     want=76; [ $victim -eq 0 ] && want=137
-    if [ $rc -eq $want ] && [ -z "$left$shm" ] && grep -q "mt_finalize has waited 8 s for the other ranks" "$err"; then
+    if [ $rc -eq $want ] && [ -z "$left$shm" ] && grep -q "mt_finalize has waited 12 s for the other ranks" "$err"; then
         ok "spawn mode, 3 workers: rank $victim stopped in mt_finalize ends the job (exit $rc), nothing left"
     else bad "spawn mode, 3 workers: rank $victim stopped in mt_finalize (exit $rc, want $want; left:$left $shm)"; fi
     # shellcheck disable=SC2086
@@ -122,11 +124,11 @@ done
 # rank 0 busy after fit for longer than the stall timeout while the others wait in
 # mt_finalize: not a stall (the wait counts from when the last rank arrived)
 [ -n "$full" ] && {
-export MT_TEST_PAUSE_S=14
-run_dying 3 slow-finalize:0 slow-finalize --stall-warn 2 --stall-timeout 8
+export MT_TEST_PAUSE_S=20
+run_dying 3 slow-finalize:0 slow-finalize --stall-warn 2 --stall-timeout 12
 unset MT_TEST_PAUSE_S
 if [ $rc -eq 0 ] && [ -z "$left$shm" ] && ! grep -q "mt_finalize has waited" "$err"; then
-    ok "spawn mode, 3 workers: rank 0 working 14 s after fit (stall timeout 8 s) while the others wait in mt_finalize: the job ends with 0"
+    ok "spawn mode, 3 workers: rank 0 working 20 s after fit (stall timeout 12 s) while the others wait in mt_finalize: the job ends with 0"
 else bad "spawn mode, 3 workers: rank 0 slow before mt_finalize (exit $rc, want 0; left:$left $shm)"; tail -n 5 "$err"; fi
 # shellcheck disable=SC2086
 [ -n "$left" ] && kill -9 $left 2>/dev/null

@@ -354,6 +354,24 @@ static void test_small_allreduce_in_the_agreement(void)
         MT_ASSERT_INT_EQ(mt__allreduce(c, &y, 1, MT_F64, MT_MAX), MT_OK);
         if (fold) /* MPI's own MIN and MAX keep whichever side the NaN is not on */
             CU_ASSERT(isnan(x) && isnan(y)); /* the same answer on every rank */
+        for (int who = 0; fold && c->size > 1 && who < 2; who++) {
+            /* -0 and +0, whichever ranks hold which: the same bits everywhere */
+            double lo = c->rank % 2 == who ? -0.0 : 0.0, hi = lo;
+            MT_ASSERT_INT_EQ(mt__allreduce(c, &lo, 1, MT_F64, MT_MIN), MT_OK);
+            MT_ASSERT_INT_EQ(mt__allreduce(c, &hi, 1, MT_F64, MT_MAX), MT_OK);
+            CU_ASSERT(lo == 0 && signbit(lo));
+            CU_ASSERT(hi == 0 && !signbit(hi));
+        }
+        if (fold) { /* NaNs of both signs summed: one NaN, the same bits on every rank */
+            double s = copysign(NAN, c->rank % 2 ? 1.0 : -1.0);
+            MT_ASSERT_INT_EQ(mt__allreduce(c, &s, 1, MT_F64, MT_SUM), MT_OK);
+            uint64_t u;
+            memcpy(&u, &s, sizeof u);
+            char bits[32];
+            snprintf(bits, sizeof bits, "%016llx", (unsigned long long)u);
+            CU_ASSERT(isnan(s));
+            assert_same_everywhere(bits);
+        }
         int32_t m = 7 - c->rank;
         MT_ASSERT_INT_EQ(mt__allreduce(c, &m, 1, MT_I32, MT_MEAN), MT_OK);
         MT_ASSERT_INT_EQ(m, (int32_t)((7 * c->size - c->size * (c->size - 1) / 2) / c->size));

@@ -679,6 +679,56 @@ static void check_fmt(double x, int *bad)
     }
 }
 
+/* Every combining rule gives the same bits whichever side each value comes from (two ranks
+ * combine in opposite orders): -0 and +0 in a minimum or maximum, NaNs of other signs in a
+ * sum, in the typed payload and in the statistics. */
+static uint64_t bits64(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+static void test_combine_same_bits_either_side(void)
+{
+    const double vals[][2] = {{-0.0, 0.0}, {0.0, -0.0}, {-NAN, NAN}, {NAN, 1.0}, {1.0, 2.0}};
+    const int ops[] = {MT_MIN, MT_MAX, MT_SUM};
+    for (size_t v = 0; v < sizeof vals / sizeof *vals; v++)
+        for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+            double a = vals[v][0], b = vals[v][1], ab = b, ba = a; /* inout = in combined */
+            mt__combine_reduce(&a, &ab, 1, MT_F64, ops[o]);
+            mt__combine_reduce(&b, &ba, 1, MT_F64, ops[o]);
+            CU_ASSERT_EQUAL(bits64(ab), bits64(ba));
+            float fa = (float)a, fb = (float)b, fab = fb, fba = fa;
+            mt__combine_reduce(&fa, &fab, 1, MT_F32, ops[o]);
+            mt__combine_reduce(&fb, &fba, 1, MT_F32, ops[o]);
+            CU_ASSERT_EQUAL(memcmp(&fab, &fba, sizeof fab), 0);
+        }
+    double z = 0.0, nz = -0.0, lo = z, hi = nz;
+    mt__combine_reduce(&nz, &lo, 1, MT_F64, MT_MIN);
+    mt__combine_reduce(&z, &hi, 1, MT_F64, MT_MAX);
+    CU_ASSERT(lo == 0 && signbit(lo)); /* the minimum of -0 and +0 is -0 */
+    CU_ASSERT(hi == 0 && !signbit(hi)); /* their maximum +0 */
+    /* statistics {min, max, sum, n} and triples {min, max, sum} of -0 and +0 */
+    double q0[4] = {0.0, 0.0, 0.0, 1}, q1[4] = {-0.0, -0.0, -0.0, 1};
+    double q01[4], q10[4];
+    memcpy(q01, q1, sizeof q01);
+    mt__combine_stats(q0, q01, 1);
+    memcpy(q10, q0, sizeof q10);
+    mt__combine_stats(q1, q10, 1);
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_EQUAL(bits64(q01[i]), bits64(q10[i]));
+    CU_ASSERT(signbit(q01[0]) && !signbit(q01[1]));
+    double t0[3] = {0.0, 0.0, 0.0}, t1[3] = {-0.0, -0.0, -0.0}, t01[3], t10[3];
+    memcpy(t01, t1, sizeof t01);
+    mt__combine_triples(t0, t01, 1);
+    memcpy(t10, t0, sizeof t10);
+    mt__combine_triples(t1, t10, 1);
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_EQUAL(bits64(t01[i]), bits64(t10[i]));
+    CU_ASSERT(signbit(t01[0]) && !signbit(t01[1]));
+}
+
 static void test_format_doubles(void)
 {
     struct { double x; const char *want; } exact[] = {
@@ -1254,6 +1304,7 @@ static void test_plan_size_is_not_in_rows(void)
 
 static const mt_test tests[] = {
     {"format_doubles", test_format_doubles},
+    {"combine_same_bits_either_side", test_combine_same_bits_either_side},
     {"plan_covers_every_row_once", test_plan_covers_every_row_once},
     {"plan_size_is_not_in_rows", test_plan_size_is_not_in_rows},
     {"metrics", test_metrics},
