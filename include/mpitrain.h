@@ -290,7 +290,10 @@ MT_EXTERN int mt_trainer_create(mt_trainer **out, mt_train_fn fn, void *arg,
  * while a fit runs (from the training function), before mt_init or after mt_finalize, it
  * is MT_EINVAL and runs nothing. The context, its shards and batches, fusions made on it
  * and the checkpoint mt_get_checkpoint gives end when fit returns: a call with one kept
- * past fit is MT_EINVAL (or 0/NULL for getters), never a use of freed memory. */
+ * past fit is MT_EINVAL (or 0/NULL for getters), never a use of freed memory. MT_ESTOP
+ * only when a stop request ended the run after a checkpoint: a function that returns
+ * MT_ESTOP with no such stop behind it ends the run as failed, without a retry (MT_EINVAL
+ * on its rank, MT_EPEER on the others). */
 MT_EXTERN int mt_trainer_fit(mt_trainer *t, mt_result **out);
 /* Local. Refused (the trainer is kept, mt_last_error says why) while the trainer's fit
  * runs. */

@@ -13,7 +13,9 @@
  * the attempt's end fails the attempt on every rank, retried per max_failures, and the
  * text lands in the run's error record and in the result. StopTraining (a BaseException
  * raised by report when a stop request ended the run) and KeyboardInterrupt/SystemExit
- * end the fit without a retry (MT_ESTOP on that rank).
+ * end the fit without a retry (MT_ESTOP on that rank: with no stop request behind it, the
+ * run fails on every rank, the others' code MT_EPEER, and that rank's exception is raised
+ * again after fit).
  *
  * Ctrl-C while a fit runs takes the library's preemption path (mt_request_stop: checkpoint,
  * then the run stops and can be resumed), as SIGTERM does; a second Ctrl-C is Python's

@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 #include <time.h>
 
@@ -54,17 +55,48 @@ static int put_metric(mt_metrics *m, const char *key, PyObject *v, mt_py_state *
         if (!s)
             return -1;
         rc = mt_metrics_set_str(m, key, s);
-    } else if (PyIndex_Check(v)) { /* numpy integers */
-        PyObject *i = PyNumber_Index(v);
-        if (!i)
+    } else if (PyIndex_Check(v) || (Py_TYPE(v)->tp_as_number &&
+                                    Py_TYPE(v)->tp_as_number->nb_float)) {
+        /* numpy integers and floats, 0-d arrays, one-element tensors: an integer when it
+         * is one (__index__), else a float (an ndarray or a tensor of floats has
+         * __index__ too, which refuses it) */
+        bool has_float = Py_TYPE(v)->tp_as_number && Py_TYPE(v)->tp_as_number->nb_float;
+        const char *tn = Py_TYPE(v)->tp_name;
+        if (!strcmp(tn, "numpy.bool_") || !strcmp(tn, "numpy.bool")) { /* 0 or 1, as bool
+                                                    (its __index__ is deprecated) */
+            int t = PyObject_IsTrue(v);
+            if (t < 0)
+                return -1;
+            rc = mt_metrics_set_i64(m, key, t);
+            if (rc) {
+                mt_py_raise(st, rc);
+                return -1;
+            }
+            return 0;
+        }
+        PyObject *i = PyIndex_Check(v) ? PyNumber_Index(v) : NULL;
+        if (i) {
+            rc = put_metric(m, key, i, st);
+            Py_DECREF(i);
+            return rc;
+        }
+        if (PyErr_Occurred() && (!has_float || !PyErr_ExceptionMatches(PyExc_TypeError)))
             return -1;
-        rc = put_metric(m, key, i, st);
-        Py_DECREF(i);
-        return rc;
-    } else if (Py_TYPE(v)->tp_as_number && Py_TYPE(v)->tp_as_number->nb_float) {
-        double x = PyFloat_AsDouble(v); /* numpy floats, 0-d arrays, torch scalars */
-        if (x == -1.0 && PyErr_Occurred())
+        PyErr_Clear();
+        double x = PyFloat_AsDouble(v);
+        if (x == -1.0 && PyErr_Occurred()) {
+            /* an array or tensor of more than one number: named, with why */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            PyErr_Format(PyExc_TypeError, "report: metric \"%s\" is a %s that is not one "
+                         "number (%S); metrics are numbers, str or dicts of them", key,
+                         Py_TYPE(v)->tp_name, value ? value : Py_None);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
             return -1;
+        }
         rc = mt_metrics_set_f64(m, key, x);
     } else {
         PyErr_Format(PyExc_TypeError, "report: metric \"%s\" is a %s; metrics are numbers, "
@@ -78,10 +110,20 @@ static int put_metric(mt_metrics *m, const char *key, PyObject *v, mt_py_state *
     return 0;
 }
 
-static int put_dict(mt_metrics *m, PyObject *d, const char *prefix, mt_py_state *st)
+/* Dicts nested deeper than this (a dict that holds itself) are refused, not followed
+ * until the stack runs out. */
+enum { NEST_MAX = 32 };
+
+static int put_dict(mt_metrics *m, PyObject *d, const char *prefix, int depth,
+                    mt_py_state *st)
 {
     PyObject *k, *v;
     Py_ssize_t pos = 0;
+    if (depth > NEST_MAX) {
+        PyErr_Format(PyExc_ValueError, "report: metrics nested more than %d dicts deep, at "
+                     "\"%.200s...\" (a dict that holds itself?)", NEST_MAX, prefix);
+        return -1;
+    }
     while (PyDict_Next(d, &pos, &k, &v)) {
         const char *key = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
         if (!key) {
@@ -94,7 +136,7 @@ static int put_dict(mt_metrics *m, PyObject *d, const char *prefix, mt_py_state 
             snprintf(full, sizeof full, "%s/%s", prefix, key);
         else
             snprintf(full, sizeof full, "%s", key);
-        if (PyDict_Check(v) ? put_dict(m, v, full, st) : put_metric(m, full, v, st))
+        if (PyDict_Check(v) ? put_dict(m, v, full, depth + 1, st) : put_metric(m, full, v, st))
             return -1;
     }
     return 0;
@@ -360,7 +402,7 @@ static PyObject *py_report(PyObject *module, PyObject *args)
         PyErr_Format(PyExc_TypeError, "report: metrics must be a dict (got %s)",
                      Py_TYPE(metrics)->tp_name);
         local = -1;
-    } else if (put_dict(m, metrics, NULL, st) || (ck && build_checkpoint(ck, spec, &h, st)))
+    } else if (put_dict(m, metrics, NULL, 0, st) || (ck && build_checkpoint(ck, spec, &h, st)))
         local = -1;
     /* this rank's exception, if any, waits until every rank knows */
     PyObject *type = NULL, *value = NULL, *tb = NULL;
@@ -563,17 +605,42 @@ static PyObject *inplace(mt_py_state *st, mt_context *c, PyObject *obj, const ch
     return out;
 }
 
+/* o as a C int (an exception set and -1 when it is none: not an integer, out of range),
+ * converted once the context is known, so that a bad one on one rank fails the collective
+ * on every rank (fail_everywhere) instead of returning before it. */
+static int int_arg(PyObject *o, const char *fn, const char *what, int *out)
+{
+    PyObject *i = PyNumber_Index(o);
+    if (!i) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be an integer (got %.100s)", fn, what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
+    if (overflow || v < INT_MIN || v > INT_MAX) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s: %s %R is out of range", fn, what, o);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 /* allreduce(buffer, op): Collective, in place. */
 static PyObject *py_allreduce(PyObject *module, PyObject *args)
 {
     mt_py_state *st = state(module);
-    PyObject *obj;
-    int op;
-    if (!PyArg_ParseTuple(args, "Oi:allreduce", &obj, &op))
+    PyObject *obj, *opo;
+    int op = 0;
+    if (!PyArg_ParseTuple(args, "OO:allreduce", &obj, &opo))
         return NULL;
     mt_context *c = mt_py_context(st, "allreduce");
     if (!c)
         return NULL;
+    if (int_arg(opo, "allreduce", "op", &op))
+        return fail_everywhere(c);
     if (op < MT_SUM || op > MT_MAX) {
         PyErr_Format(PyExc_ValueError, "allreduce: unknown op %d", op);
         return fail_everywhere(c);
@@ -585,13 +652,15 @@ static PyObject *py_allreduce(PyObject *module, PyObject *args)
 static PyObject *py_broadcast(PyObject *module, PyObject *args)
 {
     mt_py_state *st = state(module);
-    PyObject *obj;
-    int root;
-    if (!PyArg_ParseTuple(args, "Oi:broadcast", &obj, &root))
+    PyObject *obj, *rooto;
+    int root = 0;
+    if (!PyArg_ParseTuple(args, "OO:broadcast", &obj, &rooto))
         return NULL;
     mt_context *c = mt_py_context(st, "broadcast");
     if (!c)
         return NULL;
+    if (int_arg(rooto, "broadcast", "root", &root))
+        return fail_everywhere(c);
     return inplace(st, c, obj, "broadcast", mt_broadcast_nd, root);
 }
 

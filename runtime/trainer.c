@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,17 @@ static int agree_name(const mt_trainer *t, mt_context *ctx)
             struct tm tm;
             localtime_r(&now, &tm);
             strftime(name, sizeof name, "mt_%Y-%m-%d_%H-%M-%S", &tm);
+            /* a run of the same second in the same storage (fits in a loop): the first
+             * free of name_2, name_3, ... (Ray makes its names unique too) */
+            char stamp[sizeof name], dir[4096];
+            memcpy(stamp, name, sizeof stamp);
+            struct stat sb;
+            for (int i = 2; i < 10000; i++) {
+                snprintf(dir, sizeof dir, "%s/%s", t->storage_path, name);
+                if (lstat(dir, &sb) != 0 && errno == ENOENT)
+                    break;
+                snprintf(name, sizeof name, "%s_%d", stamp, i);
+            }
         }
     }
     int rc = mt__broadcast(ctx->comm, name, sizeof name, MT_U8, 0);
@@ -519,6 +531,16 @@ static int fit(mt_trainer *t, mt_result **out)
         rc = run_attempt(t, &f);
         if (!rc && !ctx->stopped_after_ckpt) {
             final = "finished";
+            break;
+        }
+        if (rc == MT_ESTOP && !ctx->stopped_after_ckpt) {
+            /* a function returned MT_ESTOP with no agreed stop behind it (the Python
+             * layer's SystemExit or KeyboardInterrupt on some rank): the user ended the
+             * run there, so no retry, and no preemption, which every rank would answer
+             * with "requeue me" (75): the others' peer's failure, that rank's its own */
+            rc = f.who.rank == ctx->world_rank ? MT_EINVAL : MT_EPEER;
+            if (ctx->world_rank == 0)
+                f.run.failures++;
             break;
         }
         if (rc == MT_ESTOP || (!rc && ctx->stopped_after_ckpt)) {

@@ -821,6 +821,44 @@ static void frequency_and_preemption(const char *name, bool async)
     MT_ASSERT_INT_EQ(mt_test_fit(cfg, preemptible, &b, NULL), MT_OK);
 }
 
+/* The last rank's function returns MT_ESTOP with no stop request behind it (what the
+ * Python layer does for a SystemExit on one rank): the run failed, not preempted; no
+ * retry; that rank's code MT_EINVAL, the others' MT_EPEER, the error naming it. */
+static int stops_alone(mt_context *c, void *varg)
+{
+    int *calls = varg;
+    ++*calls;
+    mt_metrics *m = mt_metrics_new();
+    mt_metrics_set_i64(m, "i", 1);
+    int rc = mt_report(c, m, NULL);
+    mt_metrics_free(&m);
+    if (!rc && mt_world_rank(c) == P() - 1) {
+        mt_set_error(MT_ESTOP, "the user left");
+        return MT_ESTOP;
+    }
+    return rc;
+}
+
+static void test_estop_without_a_stop_fails(void)
+{
+    mt_trainer_config cfg = mt_test_config("estop-alone");
+    cfg.run.failure.max_failures = 2;
+    int calls = 0;
+    mt_result *res = NULL;
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, stops_alone, &calls, &res),
+                     R() == P() - 1 ? MT_EINVAL : MT_EPEER);
+    MT_ASSERT_INT_EQ(calls, 1);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d failed: the user left", P() - 1);
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), want);
+    mt_result_free(&res);
+    if (R() == 0) {
+        json_t *run = json_load_file(mt_test_run_file("estop-alone", "run.json"), 0, NULL);
+        MT_ASSERT_STR_EQ(json_string_value(json_object_get(run, "status")), "failed");
+        json_decref(run);
+    }
+}
+
 static void test_frequency_and_preemption(void)
 {
     frequency_and_preemption("preempt", false);
@@ -1700,6 +1738,7 @@ static const mt_test tests[] = {
     {"corrupt_latest_is_skipped", test_corrupt_latest_is_skipped},
     {"bad_inputs", test_bad_inputs},
     {"frequency_and_preemption", test_frequency_and_preemption},
+    {"estop_without_a_stop_fails", test_estop_without_a_stop_fails},
     {"async_preemption", test_async_preemption},
     {"metrics_getters_reject_null", test_metrics_getters_reject_null},
     {"per_rank_statistics_in_place", test_per_rank_statistics_in_place},

@@ -242,7 +242,7 @@ def test_mismatched_collectives(store, run_name, kind, call):
 
 @pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
 @pytest.mark.parametrize("bad", ["float16", "not_contiguous", "read_only", "op", "out_size",
-                                 "not_an_array"])
+                                 "not_an_array", "root_out_of_range"])
 def test_bad_collective_argument_on_one_rank(store, run_name, bad):
     """Rank 1 alone passes a bad argument: its own exception there, a PeerError quoting it
     on the others (none waits for rank 1, whatever rank 1 does next)."""
@@ -263,10 +263,14 @@ def test_bad_collective_argument_on_one_rank(store, run_name, bad):
                 kw = {"op": "median"}
             elif bad == "out_size":
                 call, kw = mpitrain.allgather, {"out": np.zeros(3, np.float32)}
+            elif bad == "root_out_of_range":
+                call, kw = mpitrain.broadcast, {"root": 2**31}
             else:
                 a = "four floats"
         if bad == "out_size" and r != 1:
             call = mpitrain.allgather
+        if bad == "root_out_of_range" and r != 1:
+            call, kw = mpitrain.broadcast, {"root": 0}
         try:
             call(a, **kw)
         except Exception as e:
@@ -317,6 +321,80 @@ def test_report_and_result(store, run_name):
     assert list(df["step"]) == [0, 1, 2, 3] and "time_total_s" in df.columns
     again = Result.from_path(r.path)
     assert again.metrics["step"] == 3 and len(again.metrics_dataframe) == 4
+
+
+def test_report_array_and_tensor_scalars(store, run_name):
+    """0-d arrays and one-element tensors are numbers (Ray's {"loss": loss} with a tensor):
+    integers stay integers, floats floats."""
+    vals = {"f0d": np.array(0.5), "i0d": np.array(4), "f1": np.array([0.25]), "b": np.bool_(True)}
+    try:
+        import torch
+        vals.update(tf=torch.tensor(0.75), ti=torch.tensor(3), tf1=torch.tensor([1.5]))
+    except ImportError:
+        pass
+
+    def fn():
+        train.report(dict(vals))
+
+    m = fit(fn, store, run_name).metrics
+    assert m["f0d"] == 0.5 and isinstance(m["f0d"], float)
+    assert m["i0d"] == 4 and isinstance(m["i0d"], int)
+    assert m["f1"] == 0.25 and m["b"] == 1
+    if "tf" in vals:
+        assert m["tf"] == 0.75 and m["ti"] == 3 and isinstance(m["ti"], int) and m["tf1"] == 1.5
+
+
+@pytest.mark.parametrize("bad", ["array", "cycle", "deep"])
+def test_unreportable_metric_on_one_rank(store, run_name, bad):
+    """An array of more than one number, a dict that holds itself, dicts nested 100,000
+    deep, on one rank: that rank's error naming the key, a PeerError on the others, no
+    crash and no hang."""
+    who = WORLD - 1
+    caught = []
+
+    def fn():
+        m = {"x": 1}
+        if train.get_context().get_world_rank() == who:
+            if bad == "array":
+                m["x"] = np.arange(3.0)
+            elif bad == "cycle":
+                m["self"] = m
+            else:
+                d = m
+                for _ in range(100000):
+                    d["d"] = {}
+                    d = d["d"]
+        try:
+            train.report(m)
+        except (TypeError, ValueError, mpitrain.PeerError) as e:
+            caught.append((type(e).__name__, str(e)))
+            raise
+
+    with pytest.raises(TrainingFailedError) as e:
+        fit(fn, store, run_name)
+    kind, text = caught[0]
+    if RANK == who:
+        assert kind == ("TypeError" if bad == "array" else "ValueError")
+        assert ('"x"' if bad == "array" else "nested more than") in text
+    else:
+        assert kind == "PeerError"
+    assert f"rank {who} failed" in str(e.value)
+
+
+def test_runs_without_a_name_get_their_own(store, run_name):
+    """Fits with no run name, one after another within a second in one storage folder:
+    each its own run (mt_<time>, then mt_<time>_2, ...)."""
+    folder = os.path.join(store, run_name)
+
+    def fn():
+        train.report({"x": 1})
+
+    paths = [DataParallelTrainer(fn, run_config=RunConfig(storage_path=folder, verbose=0))
+             .fit().path for _ in range(3)]
+    assert len(set(paths)) == 3, paths
+    names = [os.path.basename(p) for p in paths]
+    assert all(n.startswith("mt_") for n in names)
+    assert sorted(os.listdir(folder)) == sorted(names)  # rank 0's names, every rank's runs
 
 
 def test_bad_metric_on_one_rank(store, run_name):
@@ -509,6 +587,39 @@ def test_exception_on_one_rank_is_retried_from_the_checkpoint(store, run_name):
     assert r.error is None and r.attempts == 2 and r.metrics["i"] == 3
 
 
+@pytest.mark.parametrize("how", ["exit", "interrupt"])
+def test_exit_on_one_rank_is_no_preemption(store, run_name, how):
+    """sys.exit() or KeyboardInterrupt in the function on one rank: that rank gets it back
+    from fit(), the others TrainingFailedError naming it; no retry, and the run is failed,
+    not preempted (no exit status 75 anywhere)."""
+    bad = WORLD - 1
+    calls = []
+
+    def fn():
+        calls.append(1)
+        train.report({"x": 1})
+        if train.get_context().get_world_rank() == bad:
+            if how == "exit":
+                sys.exit(3)
+            raise KeyboardInterrupt
+        train.report({"x": 2})
+
+    want = SystemExit if how == "exit" else KeyboardInterrupt
+    with pytest.raises(want if RANK == bad else TrainingFailedError) as e:
+        fit(fn, store, run_name, run_config=RunConfig(failure_config=FailureConfig(max_failures=2)))
+    assert not isinstance(e.value, train.Preempted)
+    if RANK == bad and how == "exit":
+        assert e.value.code == 3
+    if RANK != bad:
+        assert f"rank {bad} failed" in str(e.value) and want.__name__ in str(e.value)
+    assert len(calls) == 1  # not retried
+    r = Result.from_path(os.path.join(store, run_name))
+    assert r.error is not None and want.__name__ in str(r.error)
+    import json
+    with open(os.path.join(store, run_name, "run.json")) as f:
+        assert json.load(f)["status"] == "failed"
+
+
 def test_retries_exhausted(store, run_name):
     bad = 1 if WORLD > 1 else 0
 
@@ -578,6 +689,40 @@ def test_dataset_shard(store, run_name, data):
     assert seen["dropped"] == (per // 300) * 300
     assert seen["dt"] == (np.float64, np.float16, False, True)  # converted in C; copied
     assert seen["test_rows"] == 100  # not split: whole on every rank
+
+
+def test_one_epoch_at_a_time_and_dtypes_per_call(store, run_name, data):
+    """Two iterators of one shard taken in turn: the older raises RuntimeError once the
+    newer has started (never rows of the other's epoch); dtypes given to one iter_batches
+    call are that epoch's alone, whichever order iterators are made and started in."""
+    seen = {}
+
+    def fn():
+        s = train.get_dataset_shard("train")
+        a, b = s.iter_batches(batch_size=4), s.iter_batches(batch_size=4)
+        first = next(a)["y"].tolist()
+        second = next(b)["y"].tolist()  # b's epoch starts: a's is over
+        try:
+            next(a)
+            seen["a"] = "went on"
+        except RuntimeError as e:
+            seen["a"] = str(e)
+        seen["b"] = (first, second, next(b)["y"].tolist())
+        wide = s.iter_batches(batch_size=4, dtypes={"x": np.float64})
+        plain = s.iter_batches(batch_size=4)  # made after, started before
+        seen["dt"] = [next(plain)["x"].dtype]
+        seen["dt"].append(next(wide)["x"].dtype)
+        seen["dt"].append(next(iter(s.iter_batches(batch_size=4)))["x"].dtype)
+        seen["stored"] = s.column_dtypes["x"]
+        train.report({"x": 1})
+
+    fit(fn, store, run_name, datasets={"train": data})
+    assert "ended by a later iter_batches" in seen["a"] and "'train'" in seen["a"]
+    first, second, third = seen["b"]
+    assert first == second and third == [y + 4 for y in second]  # b's epoch from its start
+    assert first == list(range(first[0], first[0] + 4))  # in order, no rows skipped
+    assert seen["dt"] == [np.float32, np.float64, np.float32]
+    assert seen["stored"] == np.float32
 
 
 @pytest.mark.parametrize("mode", ["plain", "shuffle", "convert", "torch"])

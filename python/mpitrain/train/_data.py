@@ -7,7 +7,9 @@ HDF5 group whose columns share their first dimension), read in parallel by the C
             x, y = batch["x"], batch["y"]          # numpy arrays, rows first
 
 Each iter_batches call is the next epoch (a new shuffle, the same on every rank, when asked);
-every rank gets the same number of batches. Batches are views of the library's memory
+every rank gets the same number of batches. A shard has one cursor: an iterator whose epoch
+a later iter_batches on the same shard has started after it raises RuntimeError at its next
+batch (never rows of the other epoch); ``dtypes`` apply to that call's epoch alone. Batches are views of the library's memory
 (read-only numpy arrays, no copy) when the column is read as one of uint8, int32, int64,
 float32 or float64 (the stored type, or one given in ``dtypes``), and copies for other
 dtypes. A view keeps its rows while it lives (past the next batch, epoch and fit: the
@@ -37,6 +39,8 @@ class DataIterator:
         self._names = [c[0] for c in cols]
         self._shapes = {c[0]: tuple(c[1]) for c in cols}
         self._stored = {c[0]: _NP_OF[c[2]] for c in cols}
+        self._read_as = {c[0]: c[3] for c in cols}  # each column's dtype in C now
+        self._running = None  # the epoch whose batches the shard's cursor gives
 
     def __repr__(self) -> str:
         return f"DataIterator({self.name!r}, rows={self.count()}, columns={self._names})"
@@ -66,12 +70,14 @@ class DataIterator:
         """Each column's stored dtype."""
         return dict(self._stored)
 
-    def _set_dtypes(self, dtypes) -> Dict[str, np.dtype]:
-        """The dtype each column is read as in C, and those converted in Python after."""
+    def _plan_dtypes(self, dtypes):
+        """For one epoch: the dtype each column is read as in C (the stored one unless
+        ``dtypes`` gives another the library reads), and those converted in Python after."""
         if dtypes is None:
-            return {}
-        if not isinstance(dtypes, dict):
+            dtypes = {}
+        elif not isinstance(dtypes, dict):
             dtypes = {n: dtypes for n in self._names}
+        c_types = {n: _C_OF[self._stored[n]] for n in self._names}
         after = {}
         for n, dt in dtypes.items():
             if n not in self._shapes:
@@ -79,10 +85,10 @@ class DataIterator:
                                           f"(columns: {', '.join(self._names)})")
             d = _torch_to_numpy(dt)
             if d in _C_OF:
-                self._s.set_column_dtype(n, _C_OF[d])
+                c_types[n] = _C_OF[d]
             else:
                 after[n] = d
-        return after
+        return c_types, after
 
     def iter_batches(self, *, batch_size: int = 256, shuffle: bool = False, seed: int = 0,
                      drop_last: bool = False, dtypes=None, batch_format: str = "numpy",
@@ -97,18 +103,33 @@ class DataIterator:
             shuffle = True
         if local_shuffle_seed is not None:
             seed = local_shuffle_seed
-        after = self._set_dtypes(dtypes)
+        c_types, after = self._plan_dtypes(dtypes)
         epoch = self._epoch
         self._epoch += 1
         return self._batches(epoch, int(batch_size), bool(shuffle), int(seed), bool(drop_last),
-                             after)
+                             c_types, after)
 
-    def _batches(self, epoch, batch_size, shuffle, seed, drop_last, after):
+    def _batches(self, epoch, batch_size, shuffle, seed, drop_last, c_types, after):
+        # runs from the first next(): the dtypes are this epoch's alone (set as it starts,
+        # so that an iterator made earlier and started later reads with its own)
         s = self._s
         names = self._names
+        for n, t in c_types.items():
+            if self._read_as.get(n) != t:
+                s.set_column_dtype(n, t)
+                self._read_as[n] = t
+        me = object()
+        self._running = me
         s.begin_epoch(epoch, batch_size, shuffle, seed, drop_last)
         asarray = np.asarray
         while True:
+            if self._running is not me:
+                # the shard has one cursor: a later epoch started on it moved it
+                raise RuntimeError(
+                    f"iter_batches: this iterator's epoch of dataset {self.name!r} was ended "
+                    f"by a later iter_batches on the same shard, which moved the shard's one "
+                    f"cursor; a shard runs one epoch at a time: finish or drop one iterator "
+                    f"before starting the next")
             views = s.next()
             if views is None:
                 return

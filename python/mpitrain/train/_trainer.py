@@ -11,7 +11,10 @@ never a hang.
 
 Failures: an exception in the function on any rank fails the attempt on every rank (the
 traceback in the run's error record and in Result.error); it is retried from the latest
-checkpoint up to FailureConfig.max_failures, then fit() raises TrainingFailedError. A stop
+checkpoint up to FailureConfig.max_failures, then fit() raises TrainingFailedError. A
+SystemExit (sys.exit) or KeyboardInterrupt raised in the function ends the run as failed,
+without a retry: fit() raises it again on that rank, TrainingFailedError naming it on the
+others. A stop
 request (SIGTERM, SIGUSR1, Ctrl-C) makes should_checkpoint() true; the report that carries
 the next checkpoint ends the run and fit() exits the process with status 75 (Preempted);
 running the same command again resumes from that checkpoint.
