@@ -256,6 +256,23 @@ static bool set_value(const opt_def *o, const mt_trainer_config *cfg, char *buf,
     return false;
 }
 
+size_t mt__config_nfields(void)
+{
+    return sizeof opts / sizeof *opts;
+}
+
+const char *mt__config_field(const mt_trainer_config *cfg, size_t i, char *buf, size_t len)
+{
+    const opt_def *o = &opts[i];
+    if (o->kind == OPT_HELP || !strcmp(o->name, "verbose") || !strcmp(o->name, "trace") ||
+        !strcmp(o->name, "name"))
+        return NULL; /* each rank's own (trace: merged over the ranks that wrote one; the
+                        name: rank 0's is the run's) */
+    if (!set_value(o, cfg, buf, len))
+        snprintf(buf, len, "%s", o->kind == OPT_FLAG ? "off" : "(the default)");
+    return o->name;
+}
+
 /* names: NULL = every option; else a NULL-terminated list of names without "--". */
 static bool wanted(const char *const *names, const char *name)
 {

@@ -409,6 +409,12 @@ void mt__checkpoint_release(mt_context *c);
  * each attempt, so the failure becomes every rank's at that agreement. */
 int mt__checkpoint_settle(mt_context *c, bool wait);
 
+/* The command line's options (config.c): how many, and option i's name with its value in
+ * cfg as text in buf (NULL for one that may differ between ranks: help, verbose, trace,
+ * name). */
+size_t mt__config_nfields(void);
+const char *mt__config_field(const mt_trainer_config *cfg, size_t i, char *buf, size_t len);
+
 /* Local. Every environment knob parses and is in range; MT_EINVAL listing the bad ones. */
 int mt__env_validate(void);
 

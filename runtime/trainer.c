@@ -175,6 +175,96 @@ static int check_setup(const mt_trainer *t, const mt_context *ctx)
     return MT_OK;
 }
 
+/* What every rank must run with alike: the command line's options (but verbose, trace and
+ * the name, rank 0's), the data config and the environment knobs no later step agrees on
+ * (not the datasets' files: ranks may read copies at paths of their own, node-local ones).
+ * Field i's name and this rank's value as text (NULL: not agreed); *hash covers the whole
+ * value (the text may be cut to len). */
+enum { FIELD_TEXT = 256, FIELDS_EXTRA = 3 };
+
+static uint64_t fnv(uint64_t h, const char *s)
+{
+    for (; s && *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return (h ^ 0xff) * 0x100000001b3ull; /* a separator: "ab","c" differs from "a","bc" */
+}
+
+static const char *config_field(const mt_trainer *t, size_t i, char *buf, size_t len,
+                                uint64_t *hash)
+{
+    size_t k = mt__config_nfields();
+    const char *name = NULL;
+    uint64_t h = 0xcbf29ce484222325ull;
+    buf[0] = '\0';
+    if (i < k) {
+        name = mt__config_field(&t->cfg, i, buf, len);
+        h = fnv(h, buf);
+    } else if (i == k) {
+        name = "data.memory_limit";
+        snprintf(buf, len, "%zu", t->cfg.data.memory_limit);
+        h = fnv(h, buf);
+    } else if (i == k + 1) {
+        name = "data.datasets_to_split";
+        const char *const *d = t->cfg.data.datasets_to_split;
+        size_t n = 0;
+        for (size_t j = 0; d && d[j]; j++) {
+            h = fnv(h, d[j]);
+            if (n < len)
+                n += (size_t)snprintf(buf + n, len - n, "%s%s", j ? ", " : "", d[j]);
+        }
+        if (!d)
+            snprintf(buf, len, "all");
+        h = fnv(h, d ? "" : "all");
+    } else if (i == k + 2) {
+        name = "the environment's MT_IO_COLLECTIVE";
+        const char *v = getenv("MT_IO_COLLECTIVE");
+        snprintf(buf, len, "%s", v ? v : "unset");
+        h = fnv(h, buf);
+    }
+    *hash = name ? h : 0;
+    return name;
+}
+
+/* Every rank: its configuration is rank 0's, else MT_EINVAL on every rank naming the first
+ * field that differs on the lowest rank where one does, with both values (a difference
+ * found later, mid-run, would be a mismatch of calls that no longer says why, or a hang). */
+static int agree_config(const mt_trainer *t, mt_context *ctx)
+{
+    size_t n = mt__config_nfields() + FIELDS_EXTRA;
+    uint64_t *mine = calloc(2 * n, sizeof *mine), *root = mine ? mine + n : NULL;
+    char text[FIELD_TEXT];
+    for (size_t i = 0; mine && i < n; i++)
+        config_field(t, i, text, sizeof text, &mine[i]);
+    int rc = mt__trainer_agreed(ctx, mine ? MT_OK : mt__error(MT_ENOMEM, "out of memory "
+                                                                         "agreeing the configuration"));
+    if (!rc) {
+        memcpy(root, mine, n * sizeof *root);
+        rc = mt__broadcast(ctx->comm, root, n, MT_I64, 0);
+    }
+    int64_t first = INT64_MAX; /* rank * n + field of this rank's first difference */
+    for (size_t i = 0; !rc && i < n && first == INT64_MAX; i++)
+        if (mine[i] != root[i])
+            first = (int64_t)ctx->world_rank * (int64_t)n + (int64_t)i;
+    free(mine);
+    if (!rc)
+        rc = mt__allreduce(ctx->comm, &first, 1, MT_I64, MT_MIN);
+    if (rc || first == INT64_MAX)
+        return rc;
+    int who = (int)(first / (int64_t)n);
+    size_t f = (size_t)(first % (int64_t)n);
+    char at0[FIELD_TEXT], atw[FIELD_TEXT];
+    uint64_t h;
+    const char *name = config_field(t, f, at0, sizeof at0, &h);
+    memcpy(atw, at0, sizeof atw);
+    if ((rc = mt__broadcast(ctx->comm, at0, sizeof at0, MT_U8, 0)) ||
+        (rc = mt__broadcast(ctx->comm, atw, sizeof atw, MT_U8, who)))
+        return rc;
+    at0[sizeof at0 - 1] = atw[sizeof atw - 1] = '\0';
+    bool option = f < mt__config_nfields();
+    return mt__error(MT_EINVAL, "the ranks' configurations differ: %s%s is %s on rank 0 and %s "
+                     "on rank %d (every rank must run with the same options and environment)", option ? "--" : "", name ? name : "?", at0, atw, who);
+}
+
 /* Rank 0's name (given or timestamped) for every rank. */
 static int agree_name(const mt_trainer *t, mt_context *ctx)
 {
@@ -404,6 +494,8 @@ static int fit_setup(const mt_trainer *t, fit_state *f)
     mt__call_init(&begin, MT__CALL_FIT_BEGIN, 0, 0, 0);
     rc = mt__agree(ctx->comm, &begin, check_setup(t, ctx), &f->who);
     if (!rc)
+        rc = agree_config(t, ctx);
+    if (!rc)
         rc = mt__trainer_agreed(ctx, agree_name(t, ctx)); /* its allocations may fail on one rank */
     if (!rc)
         rc = mt__trainer_lock_run(ctx, &f->lock_fd);
@@ -550,7 +642,8 @@ static int fit(mt_trainer *t, mt_result **out)
         }
         /* a failure a retry would only repeat (bad input found in mt_report on some rank:
          * a reserved key, a score attribute never reported) ends the fit on every rank */
-        int64_t repeat = ctx->no_retry;
+        int64_t repeat = ctx->no_retry || !may_retry(t, failures); /* agreed: no rank
+                                                retries alone */
         mt__call once;
         mt__call_init(&once, MT__CALL_INTERNAL, 4, 0, 0);
         int e = mt__agree_max(ctx->comm, &once, MT_OK, NULL, &repeat, 1);

@@ -1488,11 +1488,61 @@ static void test_async_on_some_ranks_only(void)
     mt_trainer_config cfg = mt_test_config("async_some");
     cfg.run.checkpoint.async_commit = R() == P() - 1;
     async_arg a = {.reports = 1};
-    MT_ASSERT_INT_EQ(mt_test_fit(cfg, async_reports, &a, NULL), MT_OK);
-    MT_ASSERT_INT_EQ(a.rc[0], MT_EINVAL);
-    MT_ASSERT_STR_CONTAINS(a.msg[0], "async_commit is on for some ranks and off for others");
+    mt_result *res = NULL;
+    /* found as the fit starts, with the other options: the function never runs */
+    MT_ASSERT_INT_EQ(mt_test_fit(cfg, async_reports, &a, &res), MT_EINVAL);
+    char want[128];
+    snprintf(want, sizeof want, "--checkpoint-async is off on rank 0 and on on rank %d", P() - 1);
+    MT_ASSERT_STR_CONTAINS(mt_last_error(), want);
+    MT_ASSERT_STR_CONTAINS(mt_result_error(res), want);
+    mt_result_free(&res);
+    MT_ASSERT_INT_EQ(a.rc[0], MT_OK);
     if (R() == 0)
         CU_ASSERT(!published("async_some", "checkpoint_000000"));
+}
+
+/* Options or the environment that differ on the last rank only: MT_EINVAL on
+ * every rank as the fit starts, naming the field and both values; nothing runs. (With
+ * max_failures differing, a failure was retried on some ranks only: a hang.) */
+static int never_runs(mt_context *c, void *varg)
+{
+    ++*(int *)varg;
+    return MT_OK;
+}
+
+static void test_config_differs_on_one_rank(void)
+{
+    if (P() == 1)
+        return;
+    char want[160];
+    for (int k = 0; k < 3; k++) {
+        mt_trainer_config cfg = mt_test_config("cfg_differs");
+        mt_trainer *t = NULL;
+        int calls = 0;
+        bool last = R() == P() - 1;
+        if (k == 0 && last)
+            cfg.run.failure.max_failures = 1;
+        if (k == 1 && last)
+            setenv("MT_IO_COLLECTIVE", "1", 1);
+        char other[4200];
+        snprintf(other, sizeof other, "%s/elsewhere", cfg.run.storage_path);
+        if (k == 2 && last)
+            cfg.run.storage_path = other;
+        MT_ASSERT_INT_EQ(mt_trainer_create(&t, never_runs, &calls, &cfg), MT_OK);
+        MT_ASSERT_INT_EQ(mt_trainer_fit(t, NULL), MT_EINVAL);
+        unsetenv("MT_IO_COLLECTIVE");
+        MT_ASSERT_INT_EQ(calls, 0);
+        if (k == 0)
+            snprintf(want, sizeof want, "--max-failures is (the default) on rank 0 and 1 on rank %d",
+                     P() - 1);
+        else if (k == 1)
+            snprintf(want, sizeof want, "MT_IO_COLLECTIVE is unset on rank 0 and 1 on rank %d",
+                     P() - 1);
+        else
+            snprintf(want, sizeof want, "/elsewhere on rank %d", P() - 1);
+        MT_ASSERT_STR_CONTAINS(mt_last_error(), want);
+        mt_trainer_destroy(&t);
+    }
 }
 
 /* ------------------------------------------------------------ the row writer */
@@ -1739,6 +1789,7 @@ static const mt_test tests[] = {
     {"bad_inputs", test_bad_inputs},
     {"frequency_and_preemption", test_frequency_and_preemption},
     {"estop_without_a_stop_fails", test_estop_without_a_stop_fails},
+    {"config_differs_on_one_rank", test_config_differs_on_one_rank},
     {"async_preemption", test_async_preemption},
     {"metrics_getters_reject_null", test_metrics_getters_reject_null},
     {"per_rank_statistics_in_place", test_per_rank_statistics_in_place},

@@ -28,6 +28,37 @@ for np in $short_nps; do
     else bad "short run at $np ranks (exit $rc, accuracy '$acc')"; fi
 done
 
+# data the model cannot read: a clear error naming the file, column and value, exit 1,
+# never a crash or a run that trains on garbage (h5py writes the files)
+if [ -n "${MT_PYTHON:-}" ] && "$MT_PYTHON" -c "import h5py" 2>/dev/null; then
+    "$MT_PYTHON" - "$store" <<'PY'
+import sys, h5py, numpy as np
+def mk(name, x, y):
+    with h5py.File(f"{sys.argv[1]}/{name}.h5", "w") as f:
+        for g in ("train", "test"):
+            f[g + "/x"], f[g + "/y"] = x, y
+img = np.zeros((1000, 28, 28), np.uint8)
+mk("narrow", np.zeros((1000, 10), np.uint8), np.zeros(1000, np.uint8))
+mk("floatx", img.astype(np.float32), np.zeros(1000, np.uint8))
+mk("label200", img, np.full(1000, 200, np.uint8))
+mk("negative", img, np.full(1000, -100000, np.int32))
+mk("floaty", img, np.zeros(1000, np.float32))
+mk("tiny", img[:100], np.zeros(100, np.uint8))
+PY
+    for c in "narrow|/train/x: the model reads rows of 28 x 28 = 784 uint8 pixels" \
+             "floatx|and x is float32" "label200|label 200 in a batch" \
+             "negative|label -100000 in a batch" "floaty|/train/y: labels are one integer a row" \
+             "tiny|/train: 50 rows a rank, fewer than one batch of 64"; do
+        f=${c%%|*} want=${c#*|}
+        "$run" 2 "$b/tools/trainer" --data "$store/$f.h5" --storage-path "$store/runs" \
+            --name bad-$f --epochs 1 >"$out" 2>"$err"
+        rc=$?
+        if [ $rc -eq 1 ] && cat "$out" "$err" | grep -qF -- "$want"; then
+            ok "trainer refuses $f.h5 with a clear error (\"$want\")"
+        else bad "trainer on $f.h5 (exit $rc, want 1 and \"$want\")"; fi
+    done
+fi
+
 # a failure in epoch 1 (no retries), then the same command resumes from epoch 0's checkpoint
 "$run" 2 "$b/tools/trainer" $common --name resume --epochs 3 --fail-rank 1 --fail-epoch 1 >"$out" 2>"$err"
 rc1=$?

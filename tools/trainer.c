@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,11 +93,83 @@ static int restore(const mt_checkpoint *ck, model *m, int64_t *epoch)
 
 /* ------------------------------------------------------------ training */
 
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return mt_set_error(MT_EINVAL, msg);
+}
+
+static const char *dtype_name(mt_dtype t)
+{
+    return t == MT_U8 ? "uint8" : t == MT_I32 ? "int32" : t == MT_I64 ? "int64"
+           : t == MT_F32 ? "float32" : t == MT_F64 ? "float64" : "another type";
+}
+
+/* The columns the model reads, checked before any batch is (the same verdict on every
+ * rank: the shape and dtype are the file's): x N x 28 x 28 (or N x 784) uint8, y N integer
+ * labels. */
+static int check_columns(mt_shard *s, const char *file, const char *group)
+{
+    int nd = 0;
+    size_t d[8];
+    mt_dtype t;
+    int rc = mt_shard_column_shape(s, "x", &nd, d, &t);
+    size_t per = 1;
+    for (int i = 1; !rc && i < nd; i++)
+        per *= d[i];
+    if (!rc && (nd < 2 || per != 784 || t != MT_U8))
+        return fail("%s:%s/x: the model reads rows of 28 x 28 = 784 uint8 "
+                            "pixels (N x 28 x 28 or N x 784 uint8), and x is %s with %zu "
+                            "values a row", file, group, dtype_name(t), nd < 2 ? (size_t)1 : per);
+    if (!rc)
+        rc = mt_shard_column_shape(s, "y", &nd, d, &t);
+    if (!rc && (nd != 1 || (t != MT_U8 && t != MT_I32 && t != MT_I64)))
+        return fail("%s:%s/y: labels are one integer a row (N of uint8, "
+                            "int32 or int64, 0 to 9), and y is %s of %d dimension%s", file,
+                            group, dtype_name(t), nd, nd == 1 ? "" : "s");
+    if (!rc && t != MT_U8) /* read whole, so that a label out of range is seen, not cut */
+        rc = mt_shard_set_column_dtype(s, "y", MT_I64);
+    return rc;
+}
+
+/* The batch's labels as bytes, each checked (read as int64: a stored label out of range
+ * is seen, not saturated into one). */
+static uint8_t *labels_buf;
+static size_t labels_cap;
+
+static const uint8_t *batch_labels(const mt_batch *b, size_t n)
+{
+    const int64_t *y = mt_batch_column(b, "y", MT_I64);
+    if (!y)
+        return NULL;
+    if (n > labels_cap) {
+        uint8_t *grown = realloc(labels_buf, n);
+        if (!grown)
+            return NULL;
+        labels_buf = grown;
+        labels_cap = n;
+    }
+    for (size_t r = 0; r < n; r++) {
+        if (y[r] < 0 || y[r] > 9) {
+            fail("dataset column y: label %lld in a batch's row %zu (labels are 0 to 9)",
+                 (long long)y[r], r);
+            return NULL;
+        }
+        labels_buf[r] = (uint8_t)y[r];
+    }
+    return labels_buf;
+}
+
 static int load_batch(model *m, const mt_batch *b, const uint8_t **labels)
 {
     int n = (int)mt_batch_rows(b);
     const uint8_t *x = mt_batch_column(b, "x", MT_U8);
-    *labels = mt_batch_column(b, "y", MT_U8);
+    *labels = batch_labels(b, (size_t)n);
     if (!x || !*labels || mlp_reserve(m, (size_t)n))
         return -1;
     for (size_t i = 0; i < (size_t)n * 784; i++)
@@ -150,6 +223,14 @@ static int train(mt_context *c, void *arg)
     int rc = mt_get_dataset_shard(c, "train", &tr);
     if (!rc)
         rc = mt_get_dataset_shard(c, "test", &te);
+    if (!rc)
+        rc = check_columns(tr, o->data, "/train");
+    if (!rc)
+        rc = check_columns(te, o->data, "/test");
+    if (!rc && mt_shard_rows(tr) < o->batch)
+        rc = fail("%s:/train: %lld rows a rank, fewer than one batch of %d "
+                          "(an epoch would train nothing): give a smaller --batch-size",
+                          o->data, (long long)mt_shard_rows(tr), o->batch);
     if (rc)
         return rc;
     /* the fusion first: the model's gradients live in its memory (the node's shared
@@ -249,6 +330,9 @@ static int train(mt_context *c, void *arg)
         j->epochs_run++;
     }
     mlp_free(&m);
+    free(labels_buf);
+    labels_buf = NULL;
+    labels_cap = 0;
     mt_fusion_destroy(&f); /* after the model: it frees the gradients' block */
     return rc;
 }
