@@ -178,15 +178,21 @@ static int check_setup(const mt_trainer *t, const mt_context *ctx)
 /* What every rank must run with alike: the command line's options (but verbose, trace and
  * the name, rank 0's), the data config and the environment knobs no later step agrees on
  * (not the datasets' files: ranks may read copies at paths of their own, node-local ones).
- * Field i's name and this rank's value as text (NULL: not agreed); *hash covers the whole
- * value (the text may be cut to len). */
-enum { FIELD_TEXT = 256, FIELDS_EXTRA = 3 };
+ * Field i's name and this rank's whole value as text (NULL: not agreed), and its
+ * signature in *hash. FIELD_TEXT holds the longest value, a storage path. */
+enum { FIELD_TEXT = MT__DIR_MAX + 64, FIELDS_EXTRA = 3 };
 
-static uint64_t fnv(uint64_t h, const char *s)
+/* s mixed into h by the signatures' own mixer, 8 bytes at a time, then its length (so
+ * that "ab","c" differs from "a","bc"). */
+static uint64_t text_sig(uint64_t h, const char *s)
 {
-    for (; s && *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return (h ^ 0xff) * 0x100000001b3ull; /* a separator: "ab","c" differs from "a","bc" */
+    size_t n = s ? strlen(s) : 0;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t w = 0;
+        memcpy(&w, s + i, n - i < 8 ? n - i : 8);
+        h = mt__sig_mix(h, w);
+    }
+    return mt__sig_mix(h, n);
 }
 
 static const char *config_field(const mt_trainer *t, size_t i, char *buf, size_t len,
@@ -194,32 +200,32 @@ static const char *config_field(const mt_trainer *t, size_t i, char *buf, size_t
 {
     size_t k = mt__config_nfields();
     const char *name = NULL;
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = 0;
     buf[0] = '\0';
     if (i < k) {
         name = mt__config_field(&t->cfg, i, buf, len);
-        h = fnv(h, buf);
+        h = text_sig(h, buf);
     } else if (i == k) {
         name = "data.memory_limit";
         snprintf(buf, len, "%zu", t->cfg.data.memory_limit);
-        h = fnv(h, buf);
+        h = text_sig(h, buf);
     } else if (i == k + 1) {
         name = "data.datasets_to_split";
         const char *const *d = t->cfg.data.datasets_to_split;
         size_t n = 0;
         for (size_t j = 0; d && d[j]; j++) {
-            h = fnv(h, d[j]);
+            h = text_sig(h, d[j]);
             if (n < len)
                 n += (size_t)snprintf(buf + n, len - n, "%s%s", j ? ", " : "", d[j]);
         }
         if (!d)
             snprintf(buf, len, "all");
-        h = fnv(h, d ? "" : "all");
+        h = text_sig(h, d ? "" : "all");
     } else if (i == k + 2) {
         name = "the environment's MT_IO_COLLECTIVE";
         const char *v = getenv("MT_IO_COLLECTIVE");
         snprintf(buf, len, "%s", v ? v : "unset");
-        h = fnv(h, buf);
+        h = text_sig(h, buf);
     }
     *hash = name ? h : 0;
     return name;
@@ -261,8 +267,9 @@ static int agree_config(const mt_trainer *t, mt_context *ctx)
         return rc;
     at0[sizeof at0 - 1] = atw[sizeof atw - 1] = '\0';
     bool option = f < mt__config_nfields();
-    return mt__error(MT_EINVAL, "the ranks' configurations differ: %s%s is %s on rank 0 and %s "
-                     "on rank %d (every rank must run with the same options and environment)", option ? "--" : "", name ? name : "?", at0, atw, who);
+    return mt__error(MT_EINVAL, "the ranks' configurations differ: %s%s is %.300s on rank 0 "
+                     "and %.300s on rank %d (every rank must run with the same options and "
+                     "environment)", option ? "--" : "", name ? name : "?", at0, atw, who);
 }
 
 /* Rank 0's name (given or timestamped) for every rank. */

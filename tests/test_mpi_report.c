@@ -1515,7 +1515,7 @@ static void test_config_differs_on_one_rank(void)
     if (P() == 1)
         return;
     char want[160];
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         mt_trainer_config cfg = mt_test_config("cfg_differs");
         mt_trainer *t = NULL;
         int calls = 0;
@@ -1528,6 +1528,13 @@ static void test_config_differs_on_one_rank(void)
         snprintf(other, sizeof other, "%s/elsewhere", cfg.run.storage_path);
         if (k == 2 && last)
             cfg.run.storage_path = other;
+        if (k == 3) { /* differing only past their first 300 bytes */
+            char tail[320];
+            memset(tail, 'a', 300);
+            snprintf(tail + 300, sizeof tail - 300, "%s", last ? "x" : "y");
+            snprintf(other, sizeof other, "%s/%s", cfg.run.storage_path, tail);
+            cfg.run.storage_path = other;
+        }
         MT_ASSERT_INT_EQ(mt_trainer_create(&t, never_runs, &calls, &cfg), MT_OK);
         MT_ASSERT_INT_EQ(mt_trainer_fit(t, NULL), MT_EINVAL);
         unsetenv("MT_IO_COLLECTIVE");
@@ -1538,8 +1545,10 @@ static void test_config_differs_on_one_rank(void)
         else if (k == 1)
             snprintf(want, sizeof want, "MT_IO_COLLECTIVE is unset on rank 0 and 1 on rank %d",
                      P() - 1);
-        else
+        else if (k == 2)
             snprintf(want, sizeof want, "/elsewhere on rank %d", P() - 1);
+        else
+            snprintf(want, sizeof want, "--storage-path is ");
         MT_ASSERT_STR_CONTAINS(mt_last_error(), want);
         mt_trainer_destroy(&t);
     }
