@@ -689,6 +689,20 @@ static uint64_t bits64(double d)
     return u;
 }
 
+/* A record of +0s and one of -0s (its count 1, for quads) combined both ways by combine:
+ * the same bits, the minimum -0 and the maximum +0. */
+static void combine_zeros_both_ways(void (*combine)(const double *, double *, size_t), int w)
+{
+    double pos[4] = {0.0, 0.0, 0.0, 1}, neg[4] = {-0.0, -0.0, -0.0, 1}, pn[4], np_[4];
+    memcpy(pn, neg, sizeof pn);
+    combine(pos, pn, 1);
+    memcpy(np_, pos, sizeof np_);
+    combine(neg, np_, 1);
+    for (int i = 0; i < w; i++)
+        CU_ASSERT_EQUAL(bits64(pn[i]), bits64(np_[i]));
+    CU_ASSERT(signbit(pn[0]) && !signbit(pn[1]));
+}
+
 static void test_combine_same_bits_either_side(void)
 {
     const double vals[][2] = {{-0.0, 0.0}, {0.0, -0.0}, {-NAN, NAN}, {NAN, 1.0}, {1.0, 2.0}};
@@ -710,23 +724,8 @@ static void test_combine_same_bits_either_side(void)
     CU_ASSERT(lo == 0 && signbit(lo)); /* the minimum of -0 and +0 is -0 */
     CU_ASSERT(hi == 0 && !signbit(hi)); /* their maximum +0 */
     /* statistics {min, max, sum, n} and triples {min, max, sum} of -0 and +0 */
-    double q0[4] = {0.0, 0.0, 0.0, 1}, q1[4] = {-0.0, -0.0, -0.0, 1};
-    double q01[4], q10[4];
-    memcpy(q01, q1, sizeof q01);
-    mt__combine_stats(q0, q01, 1);
-    memcpy(q10, q0, sizeof q10);
-    mt__combine_stats(q1, q10, 1);
-    for (int i = 0; i < 4; i++)
-        CU_ASSERT_EQUAL(bits64(q01[i]), bits64(q10[i]));
-    CU_ASSERT(signbit(q01[0]) && !signbit(q01[1]));
-    double t0[3] = {0.0, 0.0, 0.0}, t1[3] = {-0.0, -0.0, -0.0}, t01[3], t10[3];
-    memcpy(t01, t1, sizeof t01);
-    mt__combine_triples(t0, t01, 1);
-    memcpy(t10, t0, sizeof t10);
-    mt__combine_triples(t1, t10, 1);
-    for (int i = 0; i < 3; i++)
-        CU_ASSERT_EQUAL(bits64(t01[i]), bits64(t10[i]));
-    CU_ASSERT(signbit(t01[0]) && !signbit(t01[1]));
+    combine_zeros_both_ways(mt__combine_stats, 4);
+    combine_zeros_both_ways(mt__combine_triples, 3);
 }
 
 static void test_format_doubles(void)

@@ -9,8 +9,8 @@ HDF5 group whose columns share their first dimension), read in parallel by the C
 Each iter_batches call is the next epoch (a new shuffle, the same on every rank, when asked);
 every rank gets the same number of batches. A shard has one cursor: an iterator whose epoch
 a later iter_batches on the same shard has started after it raises RuntimeError at its next
-batch (never rows of the other epoch); ``dtypes`` apply to that call's epoch alone. Batches are views of the library's memory
-(read-only numpy arrays, no copy) when the column is read as one of uint8, int32, int64,
+batch (never rows of the other epoch); ``dtypes`` apply to that call's epoch alone.
+Batches are views of the library's memory (read-only numpy arrays, no copy) when the column is read as one of uint8, int32, int64,
 float32 or float64 (the stored type, or one given in ``dtypes``), and copies for other
 dtypes. A view keeps its rows while it lives (past the next batch, epoch and fit: the
 library reads what comes next into other memory); a batch kept past the next one keeps
